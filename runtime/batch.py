@@ -1,0 +1,79 @@
+"""ForwardBatch: the one tensor-level description of a step, built from scheduled requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class ForwardBatch:
+    """Per-step tensors. T = new tokens in the batch, B = requests, R = rows that need logits.
+
+    Invariant: requests appear in the same order in every per-request field, and their new tokens are laid
+    out contiguously in that order along T.
+    """
+
+    mode: str  # "extend" (prefill chunks, new tokens over a cached prefix) | "decode" (one token each)
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    out_cache_loc: torch.Tensor  # [T] int64, KV slots the new tokens are written to
+    req_rows: torch.Tensor  # [B] int64, rows of the req->token table
+    seq_lens: list[int]  # [B] KV length after this step (prefix + new)
+    extend_lens: list[int]  # [B] new tokens per request
+    logit_rows: torch.Tensor  # [R] int64 indices into T
+    attn_backend: Any = None
+    attn_meta: Any = field(default=None, repr=False)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.seq_lens)
+
+    @property
+    def prefix_lens(self) -> list[int]:
+        return [s - e for s, e in zip(self.seq_lens, self.extend_lens, strict=True)]
+
+
+@dataclass
+class ExtendEntry:
+    """One request's share of an extend step: positions [start, start + n) of its fill ids."""
+
+    req: Any
+    start: int
+    n: int
+    loc: torch.Tensor  # [n] KV slots
+    logit_positions: list[int]  # absolute positions whose logits are needed (prompt logprobs, sampling)
+
+
+def make_extend_batch(entries: list[ExtendEntry]) -> ForwardBatch:
+    ids, pos, rows, offset = [], [], [], 0
+    for e in entries:
+        ids.extend(e.req.fill_ids[e.start:e.start + e.n])
+        rows.extend(offset + p - e.start for p in e.logit_positions)
+        offset += e.n
+    return ForwardBatch(
+        mode="extend",
+        input_ids=torch.tensor(ids, dtype=torch.int64),
+        positions=torch.cat([torch.arange(e.start, e.start + e.n) for e in entries]),
+        out_cache_loc=torch.cat([e.loc for e in entries]),
+        req_rows=torch.tensor([e.req.row for e in entries], dtype=torch.int64),
+        seq_lens=[e.start + e.n for e in entries],
+        extend_lens=[e.n for e in entries],
+        logit_rows=torch.tensor(rows, dtype=torch.int64),
+    )
+
+
+def make_decode_batch(reqs: list, locs: list[torch.Tensor]) -> ForwardBatch:
+    """Each request feeds its last output token at position kv_len."""
+    return ForwardBatch(
+        mode="decode",
+        input_ids=torch.tensor([r.output_ids[-1] for r in reqs], dtype=torch.int64),
+        positions=torch.tensor([r.kv_len for r in reqs], dtype=torch.int64),
+        out_cache_loc=torch.cat(locs),
+        req_rows=torch.tensor([r.row for r in reqs], dtype=torch.int64),
+        seq_lens=[r.kv_len + 1 for r in reqs],
+        extend_lens=[1] * len(reqs),
+        logit_rows=torch.arange(len(reqs)),
+    )

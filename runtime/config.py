@@ -1,0 +1,74 @@
+"""Frozen configuration dataclasses. Each field's ``metadata["help"]`` feeds the generated CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DTYPES = ("auto", "float32", "bfloat16")
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
+
+
+def _opt(default, help_text: str, **extra):
+    return field(default=default, metadata={"help": help_text, **extra})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a Llama-family decoder, read from GGUF metadata or a Hugging Face config.json."""
+
+    architecture: str  # "LlamaForCausalLM" | "Qwen2ForCausalLM" | "MistralForCausalLM"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # e.g. {"rope_type": "llama3", "factor": 8.0, ...}
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the in-process engine (model runner + scheduler) needs."""
+
+    model: str | None = _opt(None, "GGUF file or Hugging Face folder; omitted: the embedded SmolLM2-135M-Instruct")
+    dtype: str = _opt("auto", "weight and activation dtype", choices=DTYPES)
+    max_total_tokens: int | None = _opt(None, "KV pool size in tokens; default: from --kv-cache-memory-gb")
+    kv_cache_memory_gb: float = _opt(1.0, "memory for the KV pool when --max-total-tokens is not given")
+    page_size: int = _opt(1, "tokens per KV page")
+    context_length: int | None = _opt(None, "longest prompt + output; default: the model's")
+    chunked_prefill_size: int = _opt(1024, "largest prefill chunk of one request, in tokens")
+    max_prefill_tokens: int = _opt(4096, "largest prefill batch, in tokens")
+    max_running_requests: int = _opt(64, "most requests decoding at once")
+    max_queued_requests: int | None = _opt(None, "reject new requests beyond this many waiting")
+    schedule_policy: str = _opt("lpm", "order of the waiting queue", choices=SCHEDULE_POLICIES)
+    schedule_conservativeness: float = _opt(1.0, "above 1 reserves more KV for running requests")
+    lpm_max_queue: int = _opt(128, "cache-aware policies fall back to fcfs beyond this queue length")
+    max_wait_s: float = _opt(30.0, "aging bound: a request waiting longer goes first, whatever the policy")
+    priority_preemption_threshold: int = _opt(10, "a waiting request preempts running ones this much worse")
+    disable_radix_cache: bool = _opt(False, "plain per-request KV, no prefix sharing")
+    eviction_policy: str = _opt("lru", "radix cache eviction", choices=("lru", "lfu"))
+    num_threads: int | None = _opt(None, "torch intra-op threads; default: the number of cores")
+    random_seed: int = _opt(0, "seed of the engine's RNG (requests without a seed draw from it)")
+    check_invariants: bool = _opt(False, "check KV accounting after every step (debug)")
+
+    def __post_init__(self) -> None:
+        positive = ("page_size", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_total_tokens is not None and self.max_total_tokens < 2 * self.page_size:
+            raise ValueError(f"max_total_tokens must be >= 2 pages, got {self.max_total_tokens}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
+        if self.eviction_policy not in ("lru", "lfu"):
+            raise ValueError(f"eviction_policy must be 'lru' or 'lfu', got {self.eviction_policy!r}")

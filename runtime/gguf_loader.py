@@ -1,0 +1,118 @@
+"""GGUF files through the `gguf` package: metadata -> ModelConfig, tensors -> HF-named float weights."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from radixlm.runtime.config import ModelConfig
+
+# GGUF architecture -> HF architecture, and whether llama.cpp permuted Q/K rows for its rotary layout.
+_ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM", True),
+           "qwen2": ("Qwen2ForCausalLM", False)}
+_DEQUANTIZABLE = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
+                  "Q5_K", "Q6_K", "Q8_K"}
+_NAMES = [
+    (r"token_embd\.weight", "model.embed_tokens.weight"),
+    (r"output_norm\.weight", "model.norm.weight"),
+    (r"output\.weight", "lm_head.weight"),
+    (r"blk\.(\d+)\.attn_norm\.weight", "model.layers.{0}.input_layernorm.weight"),
+    (r"blk\.(\d+)\.ffn_norm\.weight", "model.layers.{0}.post_attention_layernorm.weight"),
+    (r"blk\.(\d+)\.attn_(q|k|v)\.(weight|bias)", "model.layers.{0}.self_attn.{1}_proj.{2}"),
+    (r"blk\.(\d+)\.attn_output\.weight", "model.layers.{0}.self_attn.o_proj.weight"),
+    (r"blk\.(\d+)\.ffn_(gate|up|down)\.weight", "model.layers.{0}.mlp.{1}_proj.weight"),
+]
+
+
+class GGUFModel:
+    """An open GGUF file: its config, its tensors (dequantized lazily) and its tokenizer."""
+
+    def __init__(self, path: str) -> None:
+        import gguf
+
+        self.path = path
+        try:
+            self.reader = gguf.GGUFReader(path)
+            self.meta = {k: _field_value(f) for k, f in self.reader.fields.items()
+                         if not k.startswith("tokenizer.ggml.") or k.endswith("_token_id")}
+            self.config = self._config()
+        except (ValueError, KeyError, IndexError, OSError, EOFError) as e:
+            raise ValueError(f"model: corrupt or truncated GGUF file {path}: {e}") from e
+
+    def _config(self) -> ModelConfig:
+        arch = self.meta.get("general.architecture")
+        if arch not in _ARCHES:
+            raise ValueError(f"model: unsupported architecture {arch!r} (supported GGUF: {sorted(_ARCHES)})")
+        m, a = self.meta, arch
+        heads = int(m[f"{a}.attention.head_count"])
+        hidden = int(m[f"{a}.embedding_length"])
+        names = {t.name for t in self.reader.tensors}
+        vocab = m.get(f"{a}.vocab_size") or len(self.reader.fields["tokenizer.ggml.tokens"].data)
+        scaling = None
+        if m.get(f"{a}.rope.scaling.type") == "linear":
+            scaling = {"rope_type": "linear", "factor": float(m[f"{a}.rope.scaling.factor"])}
+        eos = m.get("tokenizer.ggml.eos_token_id")
+        return ModelConfig(
+            architecture=_ARCHES[a][0], vocab_size=int(vocab), hidden_size=hidden,
+            intermediate_size=int(m[f"{a}.feed_forward_length"]), num_layers=int(m[f"{a}.block_count"]),
+            num_heads=heads, num_kv_heads=int(m.get(f"{a}.attention.head_count_kv", heads)),
+            head_dim=int(m.get(f"{a}.attention.key_length", hidden // heads)),
+            rms_norm_eps=float(m[f"{a}.attention.layer_norm_rms_epsilon"]),
+            rope_theta=float(m.get(f"{a}.rope.freq_base", 10000.0)), rope_scaling=scaling,
+            max_position_embeddings=int(m.get(f"{a}.context_length", 4096)),
+            tie_word_embeddings="output.weight" not in names, qkv_bias="blk.0.attn_q.bias" in names,
+            bos_token_id=m.get("tokenizer.ggml.bos_token_id"), eos_token_ids=(int(eos),) if eos is not None else (),
+        )
+
+    def num_tensors(self) -> int:
+        return len(self.reader.tensors)
+
+    def weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (HF name, dequantized tensor) pairs; Q/K rows are un-permuted back to HF's rotary layout."""
+        import gguf
+
+        cfg, permuted = self.config, _ARCHES[self.meta["general.architecture"]][1]
+        for t in self.reader.tensors:
+            qtype = t.tensor_type.name
+            if qtype not in _DEQUANTIZABLE:
+                raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
+            name = _hf_name(t.name)
+            data = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+            if not data.flags.writeable:  # F32 tensors come back as views of the read-only memory map
+                data = data.copy()
+            w = torch.from_numpy(data.reshape([int(d) for d in reversed(t.shape)]))
+            if permuted and name.endswith(("q_proj.weight", "q_proj.bias")):
+                w = _unpermute(w, cfg.num_heads)
+            elif permuted and name.endswith(("k_proj.weight", "k_proj.bias")):
+                w = _unpermute(w, cfg.num_kv_heads)
+            yield name, w.to(dtype)
+
+    def load_tokenizer(self):
+        from transformers import AutoTokenizer
+
+        folder, name = os.path.split(self.path)
+        return AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+
+def _field_value(field):
+    try:
+        return field.contents()
+    except Exception:  # a field type the installed gguf cannot render: keep going without it
+        return None
+
+
+def _hf_name(name: str) -> str:
+    for pattern, target in _NAMES:
+        m = re.fullmatch(pattern, name)
+        if m:
+            return target.format(*m.groups())
+    raise ValueError(f"model: unknown GGUF tensor {name!r}")
+
+
+def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's Q/K row permutation (interleaved rotary pairs -> HF's rotate-half halves)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)

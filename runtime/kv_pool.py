@@ -1,0 +1,78 @@
+"""KV memory: the K/V tensors, a paged slot allocator, and the request -> token-slot table.
+
+Slot s holds one token's K and V for every layer. Page p covers slots [p*P, (p+1)*P). Page 0 is reserved:
+its slot 0 is the dummy that padded positions point at, so it is never handed out.
+"""
+
+from __future__ import annotations
+
+import torch
+from radixlm.runtime.config import ModelConfig
+
+
+class KVPool:
+    """k[layer] and v[layer] are [num_slots, Hkv, D] views into one [L, num_slots, Hkv, D] buffer each."""
+
+    def __init__(self, cfg: ModelConfig, num_slots: int, dtype: torch.dtype, num_kv_heads: int) -> None:
+        shape = (cfg.num_layers, num_slots, num_kv_heads, cfg.head_dim)
+        self.k_buffer = torch.zeros(shape, dtype=dtype)
+        self.v_buffer = torch.zeros(shape, dtype=dtype)
+        self.num_slots = num_slots
+
+    def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """loc [T] slot indices; k, v [T, Hkv, D]."""
+        self.k_buffer[layer].index_copy_(0, loc, k)
+        self.v_buffer[layer].index_copy_(0, loc, v)
+
+    @staticmethod
+    def bytes_per_token(cfg: ModelConfig, dtype: torch.dtype, num_kv_heads: int) -> int:
+        return 2 * cfg.num_layers * num_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8
+
+
+class PageAllocator:
+    """Free list of pages. Invariant: a page is free, owned by one request, or held by the radix tree."""
+
+    def __init__(self, num_pages: int, page_size: int) -> None:
+        if num_pages < 2:
+            raise ValueError(f"KV pool needs at least 2 pages, got {num_pages}")
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self._free = list(range(num_pages - 1, 0, -1))  # page 0 reserved; pop() hands out low pages first
+
+    @property
+    def capacity(self) -> int:
+        """Allocatable tokens (page 0 excluded)."""
+        return (self.num_pages - 1) * self.page_size
+
+    def available(self) -> int:
+        return len(self._free) * self.page_size
+
+    def alloc_pages(self, n: int) -> list[int] | None:
+        if n > len(self._free):
+            return None
+        return [self._free.pop() for _ in range(n)]
+
+    def free_slots(self, slots: list[int]) -> None:
+        """Free the pages that hold ``slots`` (which must be whole pages, or a request's partial last page)."""
+        pages = sorted({s // self.page_size for s in slots}, reverse=True)
+        if pages and pages[-1] == 0:
+            raise RuntimeError("attempt to free the reserved page 0")
+        self._free.extend(pages)
+
+
+class ReqToTokenPool:
+    """table[row, pos] = KV slot of token ``pos`` of the request in ``row``; rows are recycled."""
+
+    def __init__(self, num_rows: int, max_context: int) -> None:
+        self.table = torch.zeros((num_rows, max_context), dtype=torch.int64)
+        self._free = list(range(num_rows - 1, -1, -1))
+        self.max_context = max_context
+
+    def available(self) -> int:
+        return len(self._free)
+
+    def alloc(self) -> int | None:
+        return self._free.pop() if self._free else None
+
+    def free(self, row: int) -> None:
+        self._free.append(row)

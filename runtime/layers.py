@@ -1,0 +1,161 @@
+"""Building blocks of the decoder, with linear layers laid out for Megatron-style tensor parallelism.
+
+Shapes: T = tokens in the batch (flattened over requests), H = hidden size, D = head dim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TPInfo:
+    """This rank's place in the tensor-parallel group (world size 1 until the TP issue lands)."""
+
+    rank: int = 0
+    size: int = 1
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """x [T, H] -> norm(x) [T, H]; with ``residual``: (norm(x + residual), x + residual)."""
+        if residual is not None:
+            x = x + residual
+            residual = x
+        out = F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
+        return out if residual is None else (out, residual)
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x W^T with W's rows (outputs) split across ranks.
+
+    ``out_sizes`` lists the logical sub-matrices stacked in W (q, k, v or gate, up); each is split on its own,
+    so ``load(shard, w)`` places a full HF tensor's slice for this rank. ``replicas`` handles KV heads when
+    there are fewer of them than ranks (each head is then held by several ranks).
+    """
+
+    def __init__(self, in_features: int, out_sizes: list[int], bias: bool, tp: TPInfo,
+                 replicas: list[int] | None = None) -> None:
+        super().__init__()
+        self.tp = tp
+        self.replicas = replicas or [1] * len(out_sizes)
+        self.full_sizes = out_sizes
+        self.local_sizes = [s * r // tp.size for s, r in zip(out_sizes, self.replicas, strict=True)]
+        self.weight = nn.Parameter(torch.empty(sum(self.local_sizes), in_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(sum(self.local_sizes)), requires_grad=False) if bias else None
+
+    def load(self, shard: int, name: str, w: torch.Tensor) -> None:
+        size, rep = self.local_sizes[shard], self.replicas[shard]
+        part = (self.tp.rank // rep) * size
+        target = self.weight if name == "weight" else self.bias
+        start = sum(self.local_sizes[:shard])
+        target.data[start:start + size].copy_(w[part:part + size])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """y = x W^T with W's columns (inputs) split across ranks, followed by an all-reduce."""
+
+    def __init__(self, in_features: int, out_features: int, tp: TPInfo) -> None:
+        super().__init__()
+        self.tp = tp
+        self.weight = nn.Parameter(torch.empty(out_features, in_features // tp.size), requires_grad=False)
+
+    def load(self, shard: int, name: str, w: torch.Tensor) -> None:
+        n = self.weight.shape[1]
+        self.weight.data.copy_(w[:, self.tp.rank * n:(self.tp.rank + 1) * n])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)
+        if self.tp.size > 1:
+            torch.distributed.all_reduce(y)
+        return y
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Embedding (and, tied or not, LM head) with the vocabulary split across ranks."""
+
+    def __init__(self, vocab_size: int, dim: int, tp: TPInfo) -> None:
+        super().__init__()
+        self.tp = tp
+        self.vocab_size = vocab_size
+        self.per_rank = math.ceil(vocab_size / tp.size)
+        self.start = tp.rank * self.per_rank
+        self.weight = nn.Parameter(torch.zeros(self.per_rank, dim), requires_grad=False)
+
+    def load(self, shard: int, name: str, w: torch.Tensor) -> None:
+        part = w[self.start:self.start + self.per_rank]
+        self.weight.data[: part.shape[0]].copy_(part)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return F.embedding(ids, self.weight)
+        local = ids - self.start
+        inside = (local >= 0) & (local < self.per_rank)
+        out = F.embedding(local.clamp(0, self.per_rank - 1), self.weight) * inside.unsqueeze(-1)
+        torch.distributed.all_reduce(out)
+        return out
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [R, H] -> logits [R, vocab] in float32 (gathered across ranks)."""
+        out = F.linear(hidden, self.weight).float()
+        if self.tp.size > 1:
+            parts = [torch.empty_like(out) for _ in range(self.tp.size)]
+            torch.distributed.all_gather(parts, out)
+            out = torch.cat(parts, dim=-1)
+        return out[:, : self.vocab_size]
+
+
+class RotaryEmbedding:
+    """Rotate-half RoPE with an optional llama3 / linear frequency scaling; cos/sin cached per position.
+
+    A plain object, not a module: its float32 tables stay float32 (and on the CPU) whatever the model dtype.
+    """
+
+    def __init__(self, head_dim: int, max_pos: int, theta: float, scaling: dict | None) -> None:
+        # float32 throughout, as transformers computes it, so positions agree bit for bit
+        ar = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float()
+        inv_freq = _scale_inv_freq(1.0 / (theta ** (ar / head_dim)), scaling)
+        freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32, device="cpu"), inv_freq)  # [max_pos, D/2]
+        self.cos, self.sin = freqs.cos(), freqs.sin()
+
+    def __call__(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        """positions [T]; q [T, Hq, D], k [T, Hkv, D] -> rotated q, k (same dtype)."""
+        cos = self.cos[positions].unsqueeze(1)  # [T, 1, D/2]
+        sin = self.sin[positions].unsqueeze(1)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def _scale_inv_freq(inv_freq: torch.Tensor, scaling: dict | None) -> torch.Tensor:
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    if kind in (None, "default"):
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":  # as in Meta's reference and HF's _compute_llama3_parameters
+        factor, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_len = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        out = torch.where(wavelen > old_len / lo, inv_freq / factor, inv_freq)
+        medium = (wavelen <= old_len / lo) & (wavelen >= old_len / hi)
+        return torch.where(medium, smoothed, out)
+    raise ValueError(f"model: unsupported rope scaling {kind!r}")

@@ -1,0 +1,34 @@
+"""Owns the model, the KV pool and the attention backend; turns a ForwardBatch into logits."""
+
+from __future__ import annotations
+
+import torch
+from radixlm.runtime.attention import TorchAttentionBackend
+from radixlm.runtime.batch import ForwardBatch
+from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.kv_pool import KVPool, PageAllocator, ReqToTokenPool
+from radixlm.runtime.model_llama import LlamaForCausalLM
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
+        self.model = model
+        cfg = model.cfg
+        self.max_context = min(config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        kv_heads = model.layers[0].self_attn.num_kv_heads if cfg.num_layers else cfg.num_kv_heads
+        page = config.page_size
+        tokens = config.max_total_tokens
+        if tokens is None:
+            tokens = int(config.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, kv_heads))
+        num_pages = tokens // page + 1  # + the reserved page 0
+        self.allocator = PageAllocator(num_pages, page)
+        self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads)
+        self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page)
+        self.backend = TorchAttentionBackend(self.pool, self.req_to_token)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """-> logits [len(batch.logit_rows), vocab] float32."""
+        batch.attn_backend = self.backend
+        self.backend.prepare(batch)
+        return self.model(batch)

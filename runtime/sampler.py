@@ -1,0 +1,96 @@
+"""Batched sampling: penalties, temperature, top-k / top-p / min-p, per-request seeds, logprobs.
+
+Every row carries its own settings. Greedy rows take the argmax of the penalized logits; the others are
+filtered and sampled with their own torch.Generator, so a seeded request reproduces whatever it is batched with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from radixlm.runtime.request import Req
+
+
+@dataclass
+class SampleOutput:
+    tokens: list[int]
+    logprobs: list[float] | None  # chosen-token logprob per row, for rows that asked (others 0.0)
+    top_logprobs: list[list[tuple[int, float]]] | None
+
+
+def apply_penalties(logits: torch.Tensor, reqs: list[Req]) -> None:
+    """In place. Repetition penalty over prompt + output (HF semantics); frequency / presence over output."""
+    for i, r in enumerate(reqs):
+        p = r.params
+        if p.logit_bias:
+            ids = torch.tensor([int(t) for t in p.logit_bias])
+            logits[i, ids] += torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype)
+        if not p.has_penalties:
+            continue
+        if p.repetition_penalty != 1:
+            seen = torch.tensor(sorted(set(r.origin_input_ids) | set(r.output_ids)), dtype=torch.int64)
+            vals = logits[i, seen]
+            logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        if r.output_ids and (p.frequency_penalty or p.presence_penalty):
+            out = torch.tensor(r.output_ids, dtype=torch.int64)
+            counts = torch.zeros(logits.shape[1]).index_add_(0, out, torch.ones(len(out)))
+            logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
+
+
+def block_early_stop(logits: torch.Tensor, reqs: list[Req]) -> None:
+    """Before min_new_tokens, EOS and stop token ids cannot be sampled."""
+    for i, r in enumerate(reqs):
+        if len(r.output_ids) < r.params.min_new_tokens:
+            ids = list(r.eos_ids) + list(r.params.stop_token_ids)
+            if ids:
+                logits[i, ids] = float("-inf")
+
+
+def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> renormalized probs [B, V]."""
+    sorted_p, idx = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[1]).unsqueeze(0)
+    keep = (rank < top_k.unsqueeze(1)) | (top_k.unsqueeze(1) <= 0)
+    cum = sorted_p.cumsum(dim=-1)
+    keep &= (cum - sorted_p) < top_p.unsqueeze(1)  # keep the smallest prefix whose mass reaches top_p
+    keep &= sorted_p >= min_p.unsqueeze(1) * sorted_p[:, :1]
+    keep[:, 0] = True
+    sorted_p = sorted_p * keep
+    out = torch.zeros_like(probs).scatter_(1, idx, sorted_p)
+    return out / out.sum(dim=-1, keepdim=True)
+
+
+def sample(logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
+    """logits [B, V] float32 (modified in place) -> one token per request."""
+    raw_logprobs = None
+    if any(r.logprob.return_logprob for r in reqs):
+        raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
+    apply_penalties(logits, reqs)
+    block_early_stop(logits, reqs)
+    tokens = logits.argmax(dim=-1)
+    rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
+    if rand_rows:
+        rows = torch.tensor(rand_rows)
+        params = [reqs[i].params for i in rand_rows]
+        temps = torch.tensor([p.temperature for p in params]).unsqueeze(1)
+        probs = torch.softmax(logits[rows] / temps, dim=-1)
+        needs_filter = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
+        if needs_filter:
+            probs = filter_probs(probs, torch.tensor([p.top_k for p in params]),
+                                 torch.tensor([p.top_p for p in params]), torch.tensor([p.min_p for p in params]))
+        for j, i in enumerate(rand_rows):
+            tokens[i] = torch.multinomial(probs[j], 1, generator=reqs[i].generator)[0]
+    token_list = tokens.tolist()
+    if raw_logprobs is None:
+        return SampleOutput(token_list, None, None)
+    chosen = raw_logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
+    return SampleOutput(token_list, chosen, top_logprobs(raw_logprobs, [r.logprob.top_logprobs_num for r in reqs]))
+
+
+def top_logprobs(logprobs: torch.Tensor, nums: list[int]) -> list[list[tuple[int, float]]] | None:
+    k = max(nums, default=0)
+    if k <= 0:
+        return None
+    vals, ids = logprobs.topk(k, dim=-1)
+    return [list(zip(ids[i, :n].tolist(), vals[i, :n].tolist(), strict=True)) for i, n in enumerate(nums)]

@@ -1,0 +1,283 @@
+"""The scheduler core: waiting queue -> admission -> chunked prefill -> continuous decode -> release.
+
+Prefill has priority: each step runs either one extend batch (new requests and the chunked one) or one decode
+batch (every running request). Runs on the caller's thread; the offline Engine and the server's scheduler
+process both drive it through ``step()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
+from radixlm.runtime.cache_manager import KVCacheManager
+from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.policy import CLIP_MAX_NEW_TOKENS, PrefillBudget, QueueItem, order_queue
+from radixlm.runtime.request import FinishReason, Req
+from radixlm.runtime.sampler import sample
+from radixlm.runtime.stopping import check_finished
+
+log = logging.getLogger("radixlm.scheduler")
+
+
+@dataclass
+class StepOutput:
+    req: Req
+    new_tokens: list[int]
+    finished: bool
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, forward: Callable[[ForwardBatch], torch.Tensor],
+                 cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str]) -> None:
+        self.cfg = config
+        self.forward = forward
+        self.cache = cache
+        self.max_context = max_context
+        self.decode = decode
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []
+        self.chunked: Req | None = None
+        self.pending_aborts: set[str] = set()
+        self.init_ratio = min(1.0, 0.7 * config.schedule_conservativeness)
+        self.new_token_ratio = self.init_ratio
+        self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0,
+                      "prompt_tokens": 0, "cached_tokens": 0}
+
+    # ------------------------------------------------------------ queue management
+    def add(self, req: Req) -> None:
+        if len(req.origin_input_ids) + 1 > self.max_context:
+            raise ValueError(f"prompt has {len(req.origin_input_ids)} tokens; the context length is "
+                             f"{self.max_context} (prompt + at least one new token)")
+        if len(req.origin_input_ids) > self.cache.alloc.capacity - self.cache.page:
+            raise ValueError(f"prompt has {len(req.origin_input_ids)} tokens; the KV pool holds "
+                             f"{self.cache.alloc.capacity}")
+        cap = self.cfg.max_queued_requests
+        if cap is not None and len(self.waiting) >= cap:
+            raise ValueError(f"the request queue is full ({cap} waiting); retry later")
+        self.waiting.append(req)
+
+    def abort(self, rid: str) -> None:
+        """Abort ``rid`` and any request whose rid starts with it (the n > 1 children of a parent rid)."""
+        self.pending_aborts.add(rid)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.chunked or self.pending_aborts)
+
+    def live_requests(self) -> list[Req]:
+        return self.running + ([self.chunked] if self.chunked else [])
+
+    # ------------------------------------------------------------ the step
+    def step(self) -> list[StepOutput]:
+        outputs = self._apply_aborts()
+        entries = self._schedule_prefill()
+        if entries:
+            outputs += self._run_prefill(entries)
+        else:
+            reqs, locs = self._schedule_decode()
+            if reqs:
+                outputs += self._run_decode(reqs, locs)
+        if self.cfg.check_invariants:
+            self.check_invariants()
+        return outputs
+
+    def check_invariants(self) -> None:
+        msg = self.cache.check(self.live_requests())
+        if msg:
+            raise RuntimeError(msg)
+        if self.cache.tree is not None:
+            self.cache.tree.check_integrity()
+            if not self.live_requests() and self.cache.tree.protected_size:
+                raise RuntimeError(f"KV leak: {self.cache.tree.protected_size} tokens still locked while idle")
+
+    def _apply_aborts(self) -> list[StepOutput]:
+        if not self.pending_aborts:
+            return []
+        prefixes, self.pending_aborts = tuple(self.pending_aborts), set()
+        hit = [r for r in self.waiting + self.live_requests() if r.rid.startswith(prefixes)]
+        for req in hit:
+            req.finished = FinishReason("abort", message="aborted by request")
+            self._release(req, insert=req.row is not None)
+        return [StepOutput(r, [], True) for r in hit]
+
+    # ------------------------------------------------------------ prefill
+    def _budget(self) -> PrefillBudget:
+        reserved = sum(min(r.params.max_new_tokens - len(r.output_ids), CLIP_MAX_NEW_TOKENS)
+                       for r in self.running) * self.new_token_ratio
+        return PrefillBudget(
+            rem_total=int(self.cache.available() - reserved), rem_input=self.cfg.max_prefill_tokens,
+            rem_chunk=self.cfg.chunked_prefill_size,
+            rem_reqs=self.cfg.max_running_requests - len(self.running), page_size=self.cache.page)
+
+    def _ordered_waiting(self) -> list[Req]:
+        by_rid = {r.rid: r for r in self.waiting}
+        items = [QueueItem(r.rid, r.fill_ids, self.cache.peek_prefix_len(r), r.params.max_new_tokens,
+                           r.priority, r.arrival, r.namespace) for r in self.waiting]
+        policy = self.cfg.schedule_policy if self.cache.tree is not None else "fcfs"
+        order = order_queue(items, policy, time.monotonic(), self.cfg.max_wait_s, self.cfg.lpm_max_queue)
+        return [by_rid[i.rid] for i in order]
+
+    def _schedule_prefill(self) -> list[ExtendEntry]:
+        if not self.waiting and self.chunked is None:
+            return []
+        budget, entries = self._budget(), []
+        candidates = ([self.chunked] if self.chunked else []) + self._ordered_waiting()
+        self._maybe_preempt(candidates, budget)
+        for req in candidates:
+            fresh = req.row is None
+            if fresh and not self.cache.admit(req):
+                break
+            todo = len(req.fill_ids) - req.kv_len
+            n = budget.admit(todo, req.params.max_new_tokens - len(req.output_ids), batch_empty=not entries)
+            loc = self.cache.extend(req, n) if n else None
+            if loc is None:
+                if fresh:
+                    self.cache.release(req, insert=False)
+                break
+            if fresh:
+                self.waiting.remove(req)
+                if not req.output_ids and req.num_retractions == 0:
+                    req.cached_tokens = req.prefix_len
+                    self.stats["prompt_tokens"] += len(req.origin_input_ids)
+                    self.stats["cached_tokens"] += req.prefix_len
+            entries.append(ExtendEntry(req, req.kv_len, n, loc, self._logit_positions(req, req.kv_len, n)))
+            if n < todo:  # at most one chunked request, and it ends the batch
+                self.chunked = req
+                break
+            if self.chunked is req:
+                self.chunked = None
+        return entries
+
+    def _logit_positions(self, req: Req, start: int, n: int) -> list[int]:
+        end = start + n
+        lp = req.logprob
+        positions = []
+        if lp.return_logprob and lp.logprob_start_len >= 0 and not req.output_ids:
+            first = max(start, lp.logprob_start_len - 1, 0)
+            positions = list(range(first, min(end, len(req.origin_input_ids) - 1)))
+        if end == len(req.fill_ids):
+            positions.append(end - 1)
+        return positions
+
+    def _run_prefill(self, entries: list[ExtendEntry]) -> list[StepOutput]:
+        logits = self.forward(make_extend_batch(entries))
+        self.stats["prefill_steps"] += 1
+        outputs, row = [], 0
+        for e in entries:
+            req, k = e.req, len(e.logit_positions)
+            req_logits = logits[row:row + k]
+            row += k
+            req.kv_len += e.n
+            if req.logprob.return_logprob and not req.output_ids:
+                self._record_prompt_logprobs(req, e.logit_positions, req_logits)
+            if req.kv_len < len(req.fill_ids):
+                self.cache.cache_unfinished(req)
+                continue
+            if req.params.max_new_tokens == 0:
+                req.finished = FinishReason("length", matched=None)
+                self._release(req, insert=True)
+                outputs.append(StepOutput(req, [], True))
+                continue
+            self.running.append(req)
+            outputs += self._sample_and_finish([req], req_logits[-1:])
+        return outputs
+
+    def _record_prompt_logprobs(self, req: Req, positions: list[int], logits: torch.Tensor) -> None:
+        n = len(positions) - (1 if positions and positions[-1] == len(req.fill_ids) - 1 else 0)
+        if n <= 0:
+            return
+        lp = torch.log_softmax(logits[:n], dim=-1)
+        targets = torch.tensor([req.origin_input_ids[p + 1] for p in positions[:n]])
+        chosen = lp.gather(1, targets.unsqueeze(1)).squeeze(1).tolist()
+        if positions[0] == 0:
+            req.input_token_logprobs.append((None, req.origin_input_ids[0]))
+            req.input_top_logprobs.append(None)
+        req.input_token_logprobs.extend(zip(chosen, targets.tolist(), strict=True))
+        k = req.logprob.top_logprobs_num
+        if k > 0:
+            vals, ids = lp.topk(k, dim=-1)
+            req.input_top_logprobs.extend(list(zip(i, v, strict=True)) for i, v in
+                                          zip(ids.tolist(), vals.tolist(), strict=True))
+
+    # ------------------------------------------------------------ decode
+    def _schedule_decode(self) -> tuple[list[Req], list[torch.Tensor]]:
+        while self.running:
+            need = sum(self.cache.pages_needed(r, 1) for r in self.running)
+            if self.cache.ensure_free_pages(need):
+                return list(self.running), [self.cache.extend(r, 1) for r in self.running]
+            self._retract_one()
+        return [], []
+
+    def _retract_one(self) -> None:
+        """Out of KV for the next decode step: requeue the request with the fewest generated tokens."""
+        victim = min(self.running, key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)))
+        self.running.remove(victim)
+        self.cache.release(victim, insert=False)
+        victim.num_retractions += 1
+        self.stats["retractions"] += 1
+        self.waiting.append(victim)
+        self.new_token_ratio = self.init_ratio
+        log.info("KV pool is full: retracted %s (%d tokens generated)", victim.rid, len(victim.output_ids))
+
+    def _maybe_preempt(self, candidates: list[Req], budget: PrefillBudget) -> None:
+        """A waiting request much more urgent than running ones may push them back to the queue."""
+        if not candidates or not self.running:
+            return
+        head = candidates[0]
+        need = len(head.fill_ids) - head.kv_len + min(head.params.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        threshold = self.cfg.priority_preemption_threshold
+        while budget.rem_total < need or budget.rem_reqs <= 0:
+            worst = max(self.running, key=lambda r: (r.priority, -len(r.output_ids)), default=None)
+            if worst is None or worst.priority - head.priority <= threshold:
+                return
+            freed = self.cache.owned_pages(worst) * self.cache.page
+            self._retract(worst)
+            self.stats["preemptions"] += 1
+            budget.rem_total += freed
+            budget.rem_reqs += 1
+
+    def _retract(self, req: Req) -> None:
+        self.running.remove(req)
+        self.cache.release(req, insert=False)
+        req.num_retractions += 1
+        self.waiting.append(req)
+
+    def _run_decode(self, reqs: list[Req], locs: list[torch.Tensor]) -> list[StepOutput]:
+        logits = self.forward(make_decode_batch(reqs, locs))
+        self.stats["decode_steps"] += 1
+        self.new_token_ratio = max(self.init_ratio * 0.14, self.new_token_ratio - self.init_ratio / 600)
+        for r in reqs:
+            r.kv_len += 1
+        return self._sample_and_finish(reqs, logits)
+
+    def _sample_and_finish(self, reqs: list[Req], logits: torch.Tensor) -> list[StepOutput]:
+        result = sample(logits, reqs)
+        outputs = []
+        now = time.monotonic()
+        for i, req in enumerate(reqs):
+            tok = result.tokens[i]
+            req.output_ids.append(tok)
+            req.first_token_time = req.first_token_time or now
+            if req.logprob.return_logprob:
+                req.output_token_logprobs.append((result.logprobs[i], tok))
+                if result.top_logprobs is not None:
+                    req.output_top_logprobs.append(result.top_logprobs[i])
+            req.finished = check_finished(req, self.decode, self.max_context)
+            if req.finished:
+                self.running.remove(req)
+                self._release(req, insert=True)
+            outputs.append(StepOutput(req, [tok], req.finished is not None))
+        return outputs
+
+    def _release(self, req: Req, insert: bool) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+        if self.chunked is req:
+            self.chunked = None
+        self.cache.release(req, insert=insert)

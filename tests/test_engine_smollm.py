@@ -1,0 +1,83 @@
+"""The embedded SmolLM2 through the Engine gives exactly transformers' greedy tokens (float32)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from radixlm.runtime.engine import Engine
+from safetensors.torch import save_file
+
+pytestmark = pytest.mark.slow
+LENGTHS = [5, 17, 60, 150, 300, 600, 1000, 1500]
+NEW_TOKENS = 64
+TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
+        "movable metal type, oil-based inks and a wooden press adapted from wine making. Within decades, "
+        "printing shops spread across Europe, books became cheaper, literacy rose, and new ideas in science, "
+        "religion and politics travelled faster than ever before. ")
+
+
+@pytest.fixture(scope="module")
+def prompts(smol_tokenizer):
+    ids = smol_tokenizer(TEXT * 40, add_special_tokens=False)["input_ids"]
+    return [ids[i * 7: i * 7 + n] for i, n in enumerate(LENGTHS)]  # different starts and lengths
+
+
+@pytest.fixture(scope="module")
+def reference(hf_model, prompts):
+    """HF greedy tokens (cut after EOS) and prompt logprobs, one prompt at a time."""
+    out = []
+    with torch.no_grad():
+        for ids in prompts:
+            x = torch.tensor([ids])
+            gen = hf_model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(ids):].tolist()
+            if 2 in gen:
+                gen = gen[: gen.index(2) + 1]
+            logp = torch.log_softmax(hf_model(x).logits[0].float(), dim=-1)
+            prompt_lp = logp[:-1].gather(1, x[0, 1:].unsqueeze(1)).squeeze(1)
+            out.append((gen, prompt_lp))
+    return out
+
+
+def run_engine(model, tokenizer, prompts, **cfg):
+    engine = Engine.from_model(model, tokenizer, check_invariants=True, **cfg)
+    res = engine.generate(input_ids=prompts, sampling_params={"temperature": 0, "max_new_tokens": NEW_TOKENS},
+                          return_logprob=True, logprob_start_len=0)
+    engine.check_invariants()
+    return engine, res
+
+
+@pytest.mark.parametrize("cfg", [{}, {"chunked_prefill_size": 64}, {"page_size": 16},
+                                 {"page_size": 16, "chunked_prefill_size": 64, "disable_radix_cache": True}],
+                         ids=["default", "chunk64", "page16", "page16-chunk64-noradix"])
+def test_greedy_matches_transformers(smol_model_fp32, smol_tokenizer, prompts, reference, cfg):
+    engine, results = run_engine(smol_model_fp32, smol_tokenizer, prompts, **cfg)
+    worst = 0.0
+    for ids, res, (ref_gen, ref_lp) in zip(prompts, results, reference, strict=True):
+        assert res["output_ids"] == ref_gen, f"prompt of {len(ids)} tokens diverged"
+        ours = torch.tensor([lp for lp, _ in res["meta_info"]["input_token_logprobs"][1:]])
+        assert res["meta_info"]["input_token_logprobs"][0][0] is None
+        diff = (ours - ref_lp).abs().max().item()
+        worst = max(worst, diff)
+        assert diff < 1e-3, f"prompt logprobs differ by {diff}"
+    print(f"max prompt logprob difference vs transformers ({cfg}): {worst:.2e}")
+    if cfg.get("chunked_prefill_size") == 64:
+        assert engine.scheduler.stats["prefill_steps"] > len(prompts)
+
+
+def test_hf_folder_saved_from_gguf_gives_same_tokens(tmp_path_factory, hf_model, smol_tokenizer, prompts, reference):
+    folder = tmp_path_factory.mktemp("smol-hf")
+    config = hf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    config["architectures"] = ["LlamaForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    state = {k: v.contiguous() for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}  # tied
+    names = sorted(state)
+    for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):  # two shards
+        save_file({k: state[k] for k in part}, str(folder / f"model-0000{i + 1}-of-00002.safetensors"))
+    smol_tokenizer.save_pretrained(folder)
+    engine = Engine(str(folder), dtype="float32")
+    assert engine.model.cfg.architecture == "LlamaForCausalLM"
+    res = engine.generate(input_ids=prompts[:4], sampling_params={"temperature": 0, "max_new_tokens": NEW_TOKENS})
+    assert [r["output_ids"] for r in res] == [g for g, _ in reference[:4]]
