@@ -48,7 +48,7 @@ class ExtendEntry:
 
 
 def make_extend_batch(entries: list[ExtendEntry]) -> ForwardBatch:
-    ids, pos, rows, offset = [], [], [], 0
+    ids, rows, offset = [], [], 0
     for e in entries:
         ids.extend(e.req.fill_ids[e.start:e.start + e.n])
         rows.extend(offset + p - e.start for p in e.logit_positions)

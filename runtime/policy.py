@@ -61,31 +61,36 @@ def dfs_weight_order(items: list[QueueItem]) -> list[QueueItem]:
     """Depth-first over a radix tree of the waiting prompts, heavier subtrees (more requests) first.
 
     Requests sharing a prefix come out next to each other, biggest groups first, so a group is admitted
-    together and its prefix is computed once. Within a priority level only.
+    together and its prefix is computed once. Priority levels are kept apart (lower first).
     """
     out: list[QueueItem] = []
     for prio in sorted({i.priority for i in items}):
-        level = [i for i in items if i.priority == prio]
-        tree = RadixCache()
-        ends: dict[int, list[QueueItem]] = {}
-        for item in sorted(level, key=lambda i: i.arrival):
-            tree.insert(item.tokens, [0] * len(item.tokens), item.namespace)
-        for item in sorted(level, key=lambda i: i.arrival):
-            node = tree.match_prefix(item.tokens, item.namespace).last_node  # splits so every item ends at a node
-            ends.setdefault(node.id, []).append(item)
-        weight: dict[int, int] = {}
+        out += _dfs_one_level(sorted((i for i in items if i.priority == prio), key=lambda i: i.arrival))
+    return out
 
-        def count(node) -> int:
-            weight[node.id] = len(ends.get(node.id, [])) + sum(count(c) for c in node.children.values())
-            return weight[node.id]
 
-        def visit(node) -> None:
-            out.extend(ends.get(node.id, []))
-            for child in sorted(node.children.values(), key=lambda c: (-weight[c.id], c.id)):
-                visit(child)
+def _dfs_one_level(level: list[QueueItem]) -> list[QueueItem]:
+    tree = RadixCache()
+    for item in level:
+        tree.insert(item.tokens, [0] * len(item.tokens), item.namespace)
+    ends: dict[int, list[QueueItem]] = {}
+    for item in level:  # match_prefix splits nodes, so every item ends exactly at a node
+        ends.setdefault(tree.match_prefix(item.tokens, item.namespace).last_node.id, []).append(item)
+    weight: dict[int, int] = {}
 
-        count(tree.root)
-        visit(tree.root)
+    def count(node) -> int:
+        weight[node.id] = len(ends.get(node.id, [])) + sum(count(c) for c in node.children.values())
+        return weight[node.id]
+
+    out: list[QueueItem] = []
+
+    def visit(node) -> None:
+        out.extend(ends.get(node.id, []))
+        for child in sorted(node.children.values(), key=lambda c: (-weight[c.id], c.id)):
+            visit(child)
+
+    count(tree.root)
+    visit(tree.root)
     return out
 
 

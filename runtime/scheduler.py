@@ -72,6 +72,7 @@ class Scheduler:
         return self.running + ([self.chunked] if self.chunked else [])
 
     # ------------------------------------------------------------ the step
+    @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         outputs = self._apply_aborts()
         entries = self._schedule_prefill()

@@ -1,0 +1,138 @@
+"""The whole engine path on a tiny random-weight Llama: fast unit tests of sampling, stopping and errors."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from radixlm.runtime.engine import Engine
+
+
+@pytest.fixture
+def engine(tiny_model):
+    e = Engine.from_model(tiny_model, None, check_invariants=True, max_total_tokens=4096)
+    yield e
+    e.check_invariants()
+
+
+def prompt(n: int, seed: int = 0) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(250) for _ in range(n)]
+
+
+def test_batched_equals_one_at_a_time(engine):
+    prompts = [prompt(n, n) for n in (3, 40, 7, 120)]
+    greedy = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
+    together = engine.generate(input_ids=prompts, sampling_params=greedy)
+    alone = [engine.generate(input_ids=p, sampling_params=greedy) for p in prompts]
+    assert [r["output_ids"] for r in together] == [r["output_ids"] for r in alone]
+    assert all(len(r["output_ids"]) == 12 for r in together)
+    assert alone[1]["meta_info"]["cached_tokens"] >= 39  # the batched run cached it
+
+
+def test_seeded_sampling_reproduces_and_top_k1_is_greedy(engine):
+    p = prompt(20)
+    sp = {"temperature": 1.0, "max_new_tokens": 16, "seed": 7, "ignore_eos": True}
+    a = engine.generate(input_ids=p, sampling_params=sp)["output_ids"]
+    b = engine.generate(input_ids=[p, prompt(5)], sampling_params=[sp, {"temperature": 1.0}])[0]["output_ids"]
+    assert a == b
+    c = engine.generate(input_ids=p, sampling_params={**sp, "seed": 8})["output_ids"]
+    assert a != c
+    greedy = engine.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 16,
+                                                           "ignore_eos": True})["output_ids"]
+    topk1 = engine.generate(input_ids=p, sampling_params={"temperature": 1.0, "top_k": 1, "max_new_tokens": 16,
+                                                          "ignore_eos": True})["output_ids"]
+    assert topk1 == greedy
+
+
+def test_n_samples_and_filters(engine):
+    out = engine.generate(input_ids=prompt(10), sampling_params={"temperature": 1.0, "n": 4, "max_new_tokens": 8,
+                                                                 "ignore_eos": True, "seed": 1})
+    assert len(out) == 4 and len({tuple(o["output_ids"]) for o in out}) > 1
+    out = engine.generate(input_ids=prompt(10), sampling_params={
+        "temperature": 0.7, "top_p": 0.5, "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.3,
+        "frequency_penalty": 0.5, "presence_penalty": 0.5, "max_new_tokens": 8, "ignore_eos": True})
+    assert len(out["output_ids"]) == 8
+
+
+def test_min_tokens_stop_ids_and_logprobs(engine):
+    p = prompt(12)
+    free = engine.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 10, "ignore_eos": True})
+    stop_tok = free["output_ids"][3]
+    out = engine.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 10,
+                                                        "stop_token_ids": [stop_tok]})
+    assert out["output_ids"][-1] == stop_tok and len(out["output_ids"]) <= 4
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_tok}
+    out = engine.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 10, "min_new_tokens": 10,
+                                                        "stop_token_ids": [stop_tok]})
+    assert len(out["output_ids"]) == 10 and stop_tok not in out["output_ids"]
+    out = engine.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 3, "ignore_eos": True},
+                          return_logprob=True, logprob_start_len=4, top_logprobs_num=3)
+    meta = out["meta_info"]
+    assert len(meta["input_token_logprobs"]) == len(p) - 4
+    assert len(meta["output_token_logprobs"]) == 3 and all(lp <= 0 for lp, _ in meta["output_token_logprobs"])
+    top = meta["output_top_logprobs"][0]
+    assert len(top) == 3 and top[0][0] == out["output_ids"][0]  # greedy picks the top-1
+
+
+def test_max_new_tokens_zero_caches_the_prompt(engine):
+    p = prompt(64, 3)
+    out = engine.generate(input_ids=p, sampling_params={"max_new_tokens": 0})
+    assert out["output_ids"] == [] and out["meta_info"]["finish_reason"]["type"] == "length"
+    again = engine.generate(input_ids=p + [1, 2], sampling_params={"max_new_tokens": 1})
+    assert again["meta_info"]["cached_tokens"] == 64
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"max_new_tokens": -1}, "max_new_tokens"), ({"temperature": -0.5}, "temperature"),
+    ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_k": -3}, "top_k"), ({"min_p": 2}, "min_p"),
+    ({"temperature": "hot"}, "temperature"), ({"n": 0}, "n"), ({"bogus": 1}, "bogus"),
+    ({"temperature": float("nan")}, "temperature"), ({"stop": [""]}, "stop"),
+])
+def test_bad_sampling_params_name_the_field(engine, params, field):
+    with pytest.raises(ValueError, match=field):
+        engine.generate(input_ids=prompt(5), sampling_params=params)
+    assert engine.generate(input_ids=prompt(5), sampling_params={"max_new_tokens": 2})["output_ids"]
+
+
+def test_bad_prompts(engine):
+    with pytest.raises(ValueError, match="input_ids"):
+        engine.generate(input_ids=[])
+    with pytest.raises(ValueError, match="prompt"):
+        engine.generate(input_ids=prompt(600))  # context is 512
+    with pytest.raises(ValueError, match="input_ids"):
+        engine.generate(input_ids=[1, 2, 99999])
+    with pytest.raises(ValueError, match="prompt"):
+        engine.generate(prompt="text needs a tokenizer")
+    with pytest.raises(ValueError, match="unknown option"):
+        Engine.from_model(engine.model, None, max_totl_tokens=5)
+    assert not engine.scheduler.has_work()
+
+
+def test_abort_and_async_streaming(engine):
+    async def main():
+        sp = {"temperature": 0, "max_new_tokens": 20, "ignore_eos": True}
+        stream = await engine.async_generate(input_ids=prompt(9), sampling_params=sp, stream=True)
+        plain = asyncio.create_task(engine.async_generate(input_ids=prompt(30), sampling_params=sp))
+        ids = []
+        async for chunk in stream:
+            ids += chunk["output_ids"]
+        done = await plain
+        return ids, done
+
+    ids, done = asyncio.run(main())
+    assert len(ids) == 20 and len(done["output_ids"]) == 20
+    engine.scheduler.add(engine._make_reqs(None, prompt(8), {"max_new_tokens": 50}, _lp(), "victim", 0)[0])
+    engine.scheduler.step()
+    engine.abort("victim")
+    outs = engine.scheduler.step()
+    assert any(o.req.rid == "victim" and o.req.finished.type == "abort" for o in outs)
+    assert not engine.scheduler.has_work()
+
+
+def _lp():
+    from radixlm.runtime.request import LogprobSettings
+
+    return LogprobSettings()
