@@ -6,6 +6,7 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.kv_pool import KVPool, ReqToTokenPool
 
@@ -34,7 +35,7 @@ class TorchAttentionBackend:
             max_len = int(lens.max())
             idx = table[batch.req_rows, :max_len]  # [B, Lmax]; entries past a request's length are masked
             mask = torch.arange(max_len).unsqueeze(0) < lens.unsqueeze(1)
-            batch.attn_meta = (idx, mask[:, None, None, :])  # mask [B, 1, 1, Lmax]
+            batch.attn_meta = (idx, mask[:, None, None, :])  # mask [B, 1, 1, Lmax] (True = attend)
             return
         meta, start = [], 0
         for row, seq_len, ext in zip(batch.req_rows.tolist(), batch.seq_lens, batch.extend_lens, strict=True):
@@ -53,20 +54,29 @@ class TorchAttentionBackend:
             return self._decode(q, layer, batch)
         out = torch.empty(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype)
         k_buf, v_buf = self.pool.k_buffer[layer], self.pool.v_buffer[layer]
+        groups = q.shape[1] // k.shape[1]
         for s, e, kv_idx, mask in batch.attn_meta:
-            qi = q[s:e].transpose(0, 1)  # [Hq, n, D]
+            qi = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
             if kv_idx is None:
-                ki, vi = k[s:e].transpose(0, 1), v[s:e].transpose(0, 1)
+                ki, vi = k[s:e], v[s:e]
             else:
-                ki, vi = k_buf[kv_idx].transpose(0, 1), v_buf[kv_idx].transpose(0, 1)  # [Hkv, L, D]
-            o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, is_causal=mask is None,
-                                               enable_gqa=True)
-            out[s:e] = o.transpose(0, 1).reshape(e - s, -1)
+                ki, vi = k_buf[kv_idx], v_buf[kv_idx]  # [L, Hkv, D]
+            # explicit head repeat + a batch dim: measured ~1.7x faster than enable_gqa on this CPU
+            ki = ki.transpose(0, 1).repeat_interleave(groups, 0).unsqueeze(0)  # [1, Hq, L, D]
+            vi = vi.transpose(0, 1).repeat_interleave(groups, 0).unsqueeze(0)
+            o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, is_causal=mask is None)
+            out[s:e] = o[0].transpose(0, 1).reshape(e - s, -1)
         return out
 
     def _decode(self, q, layer, batch):
+        """Grouped matmuls instead of SDPA: bf16 SDPA with a mask falls back to a path ~17x slower here."""
         idx, mask = batch.attn_meta
-        k = self.pool.k_buffer[layer][idx].transpose(1, 2)  # [B, Hkv, Lmax, D]
-        v = self.pool.v_buffer[layer][idx].transpose(1, 2)
-        o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, enable_gqa=True)  # [B,Hq,1,D]
-        return o.reshape(q.shape[0], -1)
+        b, hq, d = q.shape
+        k = self.pool.k_buffer[layer][idx]  # [B, Lmax, Hkv, D]
+        v = self.pool.v_buffer[layer][idx]
+        hkv = k.shape[2]
+        qg = q.view(b, hkv, hq // hkv, d)  # [B, Hkv, G, D]: query heads grouped by their KV head
+        scores = torch.matmul(qg, k.permute(0, 2, 3, 1)).float() * d**-0.5  # [B, Hkv, G, Lmax]
+        scores = scores.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
+        return torch.matmul(probs, v.transpose(1, 2)).reshape(b, hq * d)  # [B, Hkv, G, D] -> [B, Hq D]

@@ -8,6 +8,7 @@ A request's row holds tree slots in [0, prefix_len) (locked via req.last_node) a
 from __future__ import annotations
 
 import torch
+
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.kv_pool import PageAllocator, ReqToTokenPool
 from radixlm.runtime.request import Req

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import torch
+
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.cache_manager import KVCacheManager
 from radixlm.runtime.config import EngineConfig
@@ -21,7 +22,7 @@ from radixlm.runtime.request import LogprobSettings, Req, SamplingParams
 from radixlm.runtime.scheduler import Scheduler, StepOutput
 from radixlm.runtime.weights import load_model, open_model
 
-DEFAULT_DTYPE = torch.float32  # see README: measured faster than bfloat16 for this model on this CPU
+DEFAULT_DTYPE = torch.bfloat16  # README: 1.9x the float32 throughput on this CPU (AVX512-BF16 matmuls)
 
 
 def resolve_dtype(name: str) -> torch.dtype:
@@ -120,7 +121,8 @@ class Engine:
         meta = {"id": req.rid, "prompt_tokens": len(req.origin_input_ids),
                 "completion_tokens": len(req.output_ids), "cached_tokens": req.cached_tokens,
                 "finish_reason": req.finished.to_dict() if req.finished else None,
-                "e2e_latency": time.monotonic() - req.arrival, "num_retractions": req.num_retractions}
+                "e2e_latency": time.monotonic() - req.arrival, "num_retractions": req.num_retractions,
+                "ttft": req.first_token_time - req.arrival if req.first_token_time else None}
         if req.logprob.return_logprob:
             meta.update(input_token_logprobs=req.input_token_logprobs, output_token_logprobs=req.output_token_logprobs,
                         input_top_logprobs=req.input_top_logprobs, output_top_logprobs=req.output_top_logprobs)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
+
 from radixlm.runtime.config import ModelConfig
 
 # GGUF architecture -> HF architecture, and whether llama.cpp permuted Q/K rows for its rotary layout.

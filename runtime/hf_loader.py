@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 
 import torch
+
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.model_files import SUPPORTED_ARCHITECTURES
 

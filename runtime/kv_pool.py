@@ -7,6 +7,7 @@ its slot 0 is the dummy that padded positions point at, so it is never handed ou
 from __future__ import annotations
 
 import torch
+
 from radixlm.runtime.config import ModelConfig
 
 

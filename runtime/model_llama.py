@@ -9,6 +9,8 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.layers import (
     ColumnParallelLinear,
@@ -18,7 +20,6 @@ from radixlm.runtime.layers import (
     TPInfo,
     VocabParallelEmbedding,
 )
-from torch import nn
 
 # HF weight name fragment -> (our module fragment, shard index within a stacked weight)
 _STACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from radixlm.runtime.attention import TorchAttentionBackend
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.config import EngineConfig

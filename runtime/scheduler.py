@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
 from radixlm.runtime.cache_manager import KVCacheManager
 from radixlm.runtime.config import EngineConfig

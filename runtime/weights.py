@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import torch
+from tqdm import tqdm
+
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.gguf_loader import GGUFModel
 from radixlm.runtime.hf_loader import HFModel
 from radixlm.runtime.layers import TPInfo
 from radixlm.runtime.model_files import resolve_model
 from radixlm.runtime.model_llama import LlamaForCausalLM
-from tqdm import tqdm
 
 
 def open_model(model: str | None) -> GGUFModel | HFModel:

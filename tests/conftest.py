@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+
 from radixlm.runtime.config import ModelConfig
 
 TINY = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=64, intermediate_size=128,

@@ -6,8 +6,9 @@ import json
 
 import pytest
 import torch
-from radixlm.runtime.engine import Engine
 from safetensors.torch import save_file
+
+from radixlm.runtime.engine import Engine
 
 pytestmark = pytest.mark.slow
 LENGTHS = [5, 17, 60, 150, 300, 600, 1000, 1500]

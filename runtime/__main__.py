@@ -1,0 +1,5 @@
+import sys
+
+from radixlm.runtime.cli import main
+
+sys.exit(main())

@@ -1,0 +1,70 @@
+"""The ``radixlm`` command. Flags are generated from the config dataclasses' fields and help metadata."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+import typing
+
+from radixlm.runtime.config import EngineConfig
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_cls: type) -> None:
+    """One ``--kebab-case`` flag per dataclass field; bools become store_true flags."""
+    hints = typing.get_type_hints(config_cls)
+    for f in dataclasses.fields(config_cls):
+        flag = "--" + f.name.replace("_", "-")
+        kind = _base_type(hints[f.name])
+        help_text = f.metadata.get("help", "")
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", default=f.default, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=f.default, choices=f.metadata.get("choices"),
+                                help=f"{help_text} (default: {f.default})")
+
+
+def config_from_args(args: argparse.Namespace, config_cls: type):
+    return config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
+
+
+def _base_type(hint) -> type:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="radixlm", description="radixlm: a structured-generation LLM runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="generate text offline with the in-process engine")
+    gen.add_argument("prompt", nargs="+", help="one or more prompts")
+    gen.add_argument("--chat", action="store_true", help="apply the model's chat template to each prompt")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--json", action="store_true", help="print full results as JSON lines")
+    add_config_flags(gen, EngineConfig)
+    args = parser.parse_args(argv)
+    try:
+        return _generate(args)
+    except ValueError as e:
+        print(f"radixlm: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from radixlm.runtime.engine import Engine
+
+    cfg = config_from_args(args, EngineConfig)
+    engine = Engine(**dataclasses.asdict(cfg))
+    sp = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
+    for p in args.prompt:
+        out = engine.chat([{"role": "user", "content": p}], sp) if args.chat else engine.generate(p, sp)
+        print(json.dumps(out) if args.json else out["text"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
