@@ -1,1 +1,1 @@
-"""radixlm.constrained"""
+"""radixlm.constrained: grammar-constrained decoding (lands with its own issue)."""

@@ -1,1 +1,1 @@
-"""radixlm.lang"""
+"""radixlm.lang: the frontend language (lands with its own issue)."""

@@ -1,5 +1,8 @@
+"""``python -m radixlm.runtime [flags]`` serves, like ``radixlm serve``."""
+
 import sys
 
 from radixlm.runtime.cli import main
 
-sys.exit(main())
+args = sys.argv[1:]
+sys.exit(main(args if args[:1] in (["serve"], ["generate"], ["-h"], ["--help"]) else ["serve", *args]))

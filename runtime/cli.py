@@ -9,7 +9,7 @@ import sys
 import types
 import typing
 
-from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.config import EngineConfig, ServerConfig
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config_cls: type) -> None:
@@ -46,8 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--json", action="store_true", help="print full results as JSON lines")
     add_config_flags(gen, EngineConfig)
+    serve = sub.add_parser("serve", help="serve the OpenAI-compatible and native HTTP API")
+    add_config_flags(serve, EngineConfig)
+    add_config_flags(serve, ServerConfig)
     args = parser.parse_args(argv)
     try:
+        if args.command == "serve":
+            from radixlm.runtime.launch import launch_server
+
+            return launch_server(config_from_args(args, EngineConfig), config_from_args(args, ServerConfig))
         return _generate(args)
     except ValueError as e:
         print(f"radixlm: error: {e}", file=sys.stderr)

@@ -72,3 +72,22 @@ class EngineConfig:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if self.eviction_policy not in ("lru", "lfu"):
             raise ValueError(f"eviction_policy must be 'lru' or 'lfu', got {self.eviction_policy!r}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The HTTP server and its processes."""
+
+    host: str = _opt("127.0.0.1", "address to bind (127.0.0.1 unless told otherwise)")
+    port: int = _opt(30000, "HTTP port")
+    served_model_name: str | None = _opt(None, "model name in the API; default: the model file's name")
+    chat_template: str | None = _opt(None, "a Jinja chat template file that replaces the model's")
+    api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on every route but /health")
+    log_level: str = _opt("info", "logging level", choices=("debug", "info", "warning", "error"))
+    grammar_backend: str = _opt("xgrammar", "grammar backend for constrained decoding",
+                                choices=("xgrammar", "outlines", "none"))
+    max_request_bytes: int = _opt(8 * 2**20, "largest request body accepted")
+    max_n: int = _opt(64, "largest n (samples per prompt)")
+    max_stop: int = _opt(64, "most stop strings per request")
+    max_top_logprobs: int = _opt(20, "largest top_logprobs")
+    startup_timeout_s: float = _opt(600.0, "how long to wait for the model to load")

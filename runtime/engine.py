@@ -40,12 +40,12 @@ def make_config(model: str | None, overrides: dict[str, Any]) -> EngineConfig:
 class Engine:
     """``Engine(model=None, **config)``: the embedded SmolLM2 unless a GGUF file or HF folder is given."""
 
-    def __init__(self, model: str | None = None, **config: Any) -> None:
+    def __init__(self, model: str | None = None, *, progress: bool = True, **config: Any) -> None:
         cfg = make_config(model, config)
         torch.set_num_threads(cfg.num_threads or os.cpu_count() or 1)
         files = open_model(cfg.model)
         dtype = resolve_dtype(cfg.dtype)
-        self._setup(cfg, load_model(files, dtype), files.load_tokenizer(), dtype)
+        self._setup(cfg, load_model(files, dtype, progress=progress), files.load_tokenizer(), dtype)
 
     @classmethod
     def from_model(cls, model: LlamaForCausalLM, tokenizer=None, **config: Any) -> Engine:

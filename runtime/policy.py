@@ -29,11 +29,14 @@ class QueueItem:
 
 
 def order_queue(items: list[QueueItem], policy: str, now: float, max_wait_s: float = float("inf"),
-                lpm_max_queue: int = 128, rng: random.Random | None = None) -> list[QueueItem]:
-    """Return the waiting queue in admission order.
+                lpm_max_queue: int = 128, rng: random.Random | None = None,
+                in_flight: Sequence[QueueItem] = ()) -> list[QueueItem]:
+    """Return the waiting requests to consider this round, in admission order.
 
     Requests that waited longer than ``max_wait_s`` come first in arrival order (the aging bound), then the
-    rest by priority and the policy. Cache-aware policies fall back to fcfs for long queues.
+    rest by priority and the policy. Cache-aware policies fall back to fcfs for long queues, and leave out
+    requests whose long uncached prefix is being computed by an earlier one (``in_flight`` includes the
+    chunked request): they wait a round and then hit the cache.
     """
     aged = sorted((i for i in items if now - i.arrival > max_wait_s), key=lambda i: i.arrival)
     rest = [i for i in items if now - i.arrival <= max_wait_s]
@@ -41,10 +44,9 @@ def order_queue(items: list[QueueItem], policy: str, now: float, max_wait_s: flo
         policy = "fcfs"
     if policy == "lpm":
         rest.sort(key=lambda i: (i.priority, -i.prefix_len, i.arrival))
-        rest = dedup_shared_prefixes(rest)
+        rest, _ = dedup_shared_prefixes(rest, in_flight=in_flight)
     elif policy == "dfs-weight":
-        rest = dfs_weight_order(rest)
-        rest = dedup_shared_prefixes(rest)
+        rest, _ = dedup_shared_prefixes(dfs_weight_order(rest), in_flight=in_flight)
     elif policy == "fcfs":
         rest.sort(key=lambda i: (i.priority, i.arrival))
     elif policy == "lof":
@@ -94,10 +96,13 @@ def _dfs_one_level(level: list[QueueItem]) -> list[QueueItem]:
     return out
 
 
-def dedup_shared_prefixes(items: list[QueueItem], threshold: int = IN_BATCH_DEDUP_MIN) -> list[QueueItem]:
-    """Of several requests sharing a long *uncached* prefix, keep the first in place and move the others
-    to the back, so they are admitted after it and hit its cache instead of computing the prefix again."""
+def dedup_shared_prefixes(items: list[QueueItem], threshold: int = IN_BATCH_DEDUP_MIN,
+                          in_flight: Sequence[QueueItem] = ()) -> tuple[list[QueueItem], list[QueueItem]]:
+    """Split requests into (go now, wait a round): of several sharing a long *uncached* prefix, only the
+    first goes now; the others then hit its cache instead of computing the prefix again."""
     sim = RadixCache()
+    for item in in_flight:
+        sim.insert(item.tokens, [0] * len(item.tokens), item.namespace)
     first, later = [], []
     for item in items:
         if item.prefix_len < threshold and sim.peek_prefix_len(item.tokens, item.namespace) >= threshold:
@@ -106,7 +111,7 @@ def dedup_shared_prefixes(items: list[QueueItem], threshold: int = IN_BATCH_DEDU
         if item.prefix_len < threshold:
             sim.insert(item.tokens, [0] * len(item.tokens), item.namespace)
         first.append(item)
-    return first + later
+    return first, later
 
 
 @dataclass

@@ -134,6 +134,7 @@ class Req:
         self.cached_tokens = 0  # prompt tokens served from the radix cache at (first) admission
         self.num_retractions = 0
         self.first_token_time: float | None = None
+        self.admit_time: float | None = None  # first admission into a batch
         # KV state, valid while the request is admitted
         self.row: int | None = None
         self.kv_len = 0  # tokens whose KV is computed

@@ -120,7 +120,9 @@ class Scheduler:
         items = [QueueItem(r.rid, r.fill_ids, self.cache.peek_prefix_len(r), r.params.max_new_tokens,
                            r.priority, r.arrival, r.namespace) for r in self.waiting]
         policy = self.cfg.schedule_policy if self.cache.tree is not None else "fcfs"
-        order = order_queue(items, policy, time.monotonic(), self.cfg.max_wait_s, self.cfg.lpm_max_queue)
+        in_flight = [QueueItem(r.rid, r.fill_ids, 0, 0) for r in ([self.chunked] if self.chunked else [])]
+        order = order_queue(items, policy, time.monotonic(), self.cfg.max_wait_s, self.cfg.lpm_max_queue,
+                            in_flight=in_flight)
         return [by_rid[i.rid] for i in order]
 
     def _schedule_prefill(self) -> list[ExtendEntry]:
@@ -142,6 +144,7 @@ class Scheduler:
                 break
             if fresh:
                 self.waiting.remove(req)
+                req.admit_time = req.admit_time or time.monotonic()
                 if not req.output_ids and req.num_retractions == 0:
                     req.cached_tokens = req.prefix_len
                     self.stats["prompt_tokens"] += len(req.origin_input_ids)

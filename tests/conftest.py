@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
+import httpx
 import pytest
 import torch
 
@@ -56,3 +62,69 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---------------------------------------------------------------- a real server on 127.0.0.1
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, *flags: str, timeout: float = 240) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "radixlm.runtime", "--port", str(self.port), *flags]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     cwd=os.path.dirname(__file__), start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.proc.stdout.read()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("server did not start in time")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/server_info", timeout=5).json()["stats"]
+
+    def metric(self, name: str) -> float:
+        for line in httpx.get(f"{self.url}/metrics", timeout=5).text.splitlines():
+            if line.startswith(f"radixlm:{name}{{") or line.startswith(f"radixlm:{name} "):
+                return float(line.rsplit(" ", 1)[1])
+        raise KeyError(name)
+
+    def wait_idle(self, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = self.stats()
+            if s and s["running"] == 0 and s["queued"] == 0:
+                time.sleep(0.3)
+                s = self.stats()
+                if s["running"] == 0 and s["queued"] == 0:
+                    return s
+            time.sleep(0.1)
+        raise AssertionError(f"server not idle after {timeout} s: {self.stats()}")
+
+
+@pytest.fixture(scope="session")
+def server_process():
+    """The ServerProcess class: ``server_process(*flags)`` starts `radixlm serve` and waits for /health."""
+    return ServerProcess

@@ -1,0 +1,182 @@
+"""Load generator for any OpenAI-compatible server (SGLang's bench_serving in spirit).
+
+    python benchmarks/bench_serving.py --base-url http://127.0.0.1:30000 --dataset random \
+        --num-prompts 32 --input-len 200 --output-len 64 --concurrency 8
+    --dataset shared-prefix --groups 4 --per-group 8 --system-len 1000 --question-len 30
+    --dataset multiturn --conversations 8 --turns 4
+    --request-rate 4   (Poisson arrivals instead of fixed concurrency)
+
+Reports TTFT, TPOT, ITL and E2E latency (mean, p50, p99), request and token throughput, and the cache hit
+rate from usage.prompt_tokens_details.cached_tokens (where the server reports it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+WORDS = ("river stone light market garden window letter music winter harbor engine paper silver forest "
+         "morning signal bridge valley copper thunder lantern meadow orbit canvas").split()
+
+
+def words(n_tokens: int, rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n_tokens))  # about one token per word here
+
+
+@dataclass
+class Result:
+    ok: bool = False
+    error: str = ""
+    ttft: float = 0.0
+    e2e: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    text: str = ""
+
+
+async def completion(client: httpx.AsyncClient, base: str, model: str, messages: list[dict], out_len: int,
+                     extra: dict) -> Result:
+    body = {"model": model, "messages": messages, "max_tokens": out_len, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, **extra}
+    res, start = Result(), time.perf_counter()
+    last = start
+    try:
+        async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
+            if r.status_code != 200:
+                res.error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
+                return res
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                now = time.perf_counter()
+                for c in chunk.get("choices", []):
+                    delta = c.get("delta", {}).get("content")
+                    if delta:
+                        if not res.text:
+                            res.ttft = now - start
+                        else:
+                            res.itl.append(now - last)
+                        last = now
+                        res.text += delta
+                if chunk.get("usage"):
+                    u = chunk["usage"]
+                    res.prompt_tokens, res.output_tokens = u["prompt_tokens"], u["completion_tokens"]
+                    res.cached_tokens = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        res.e2e, res.ok = time.perf_counter() - start, True
+    except httpx.HTTPError as e:
+        res.error = repr(e)
+    return res
+
+
+def dataset(args, rng: random.Random) -> list[list[list[dict]]]:
+    """A list of sessions; each session is a list of turns (message lists are built as it runs)."""
+    if args.dataset == "random":
+        return [[[{"role": "user", "content": words(args.input_len, rng)}]] for _ in range(args.num_prompts)]
+    if args.dataset == "shared-prefix":
+        systems = [words(args.system_len, rng) for _ in range(args.groups)]
+        return [[[{"role": "system", "content": systems[g]}, {"role": "user", "content": words(args.question_len, rng)}]]
+                for _ in range(args.per_group) for g in range(args.groups)]
+    return [[[{"role": "user", "content": words(args.input_len, rng)}] for _ in range(args.turns)]
+            for _ in range(args.conversations)]
+
+
+async def run_session(client, args, turns, extra) -> list[Result]:
+    history, results = [], []
+    for turn in turns:
+        history += turn
+        r = await completion(client, args.base_url, args.model, history, args.output_len, extra)
+        results.append(r)
+        history.append({"role": "assistant", "content": r.text})
+    return results
+
+
+async def main_async(args) -> dict:
+    rng = random.Random(args.seed)
+    sessions = dataset(args, rng)
+    extra = json.loads(args.extra_body) if args.extra_body else {}
+    limits = httpx.Limits(max_connections=max(args.concurrency, 1) * 2 + 8)
+    async with httpx.AsyncClient(timeout=args.timeout, limits=limits) as client:
+        sem = asyncio.Semaphore(args.concurrency if args.request_rate <= 0 else 10**6)
+
+        async def guarded(s):
+            async with sem:
+                return await run_session(client, args, s, extra)
+
+        start = time.perf_counter()
+        tasks = []
+        for s in sessions:
+            tasks.append(asyncio.create_task(guarded(s)))
+            if args.request_rate > 0:
+                await asyncio.sleep(rng.expovariate(args.request_rate))
+        results = [r for rs in await asyncio.gather(*tasks) for r in rs]
+        wall = time.perf_counter() - start
+    return summarize(results, wall)
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def summarize(results: list[Result], wall: float) -> dict:
+    ok = [r for r in results if r.ok]
+    tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    itl = [x for r in ok for x in r.itl]
+    out_tokens, prompt_tokens = sum(r.output_tokens for r in ok), sum(r.prompt_tokens for r in ok)
+    stats = {"requests": len(results), "errors": len(results) - len(ok), "duration_s": wall,
+             "request_throughput": len(ok) / wall, "output_throughput": out_tokens / wall,
+             "total_throughput": (out_tokens + prompt_tokens) / wall,
+             "cache_hit_rate": sum(r.cached_tokens for r in ok) / max(prompt_tokens, 1)}
+    for name, xs in (("ttft", [r.ttft for r in ok]), ("tpot", tpot), ("itl", itl), ("e2e", [r.e2e for r in ok])):
+        stats[f"mean_{name}_ms"] = 1000 * statistics.fmean(xs) if xs else 0.0
+        stats[f"p50_{name}_ms"] = 1000 * pct(xs, 0.5)
+        stats[f"p99_{name}_ms"] = 1000 * pct(xs, 0.99)
+    errors = sorted({r.error for r in results if not r.ok})
+    if errors:
+        stats["error_samples"] = errors[:3]
+    return stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base-url", default="http://127.0.0.1:30000")
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--dataset", choices=("random", "shared-prefix", "multiturn"), default="random")
+    ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--input-len", type=int, default=200)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--per-group", type=int, default=8)
+    ap.add_argument("--system-len", type=int, default=1000)
+    ap.add_argument("--question-len", type=int, default=30)
+    ap.add_argument("--conversations", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--request-rate", type=float, default=0.0, help="Poisson arrivals per second (0: all at once)")
+    ap.add_argument("--extra-body", default="", help='JSON merged into each request, e.g. {"ignore_eos": true}')
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    stats = asyncio.run(main_async(args))
+    if args.json:
+        print(json.dumps(stats))
+        return
+    for k, v in stats.items():
+        print(f"{k:>22}: {v:.3f}" if isinstance(v, float) else f"{k:>22}: {v}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Typed IPC messages between the API, scheduler and detokenizer processes (msgpack via msgspec).
+
+Decoding is typed: a socket only ever yields these structs, never arbitrary objects (no pickle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class GenerateReq(msgspec.Struct, tag=True):
+    rid: str
+    input_ids: list[int]
+    sampling: dict[str, Any]  # validated SamplingParams fields
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    priority: int = 0
+    seed: int | None = None
+
+
+class AbortReq(msgspec.Struct, tag=True):
+    rid: str  # also aborts every request whose rid starts with it
+
+
+class FlushCacheReq(msgspec.Struct, tag=True):
+    pass
+
+
+class Shutdown(msgspec.Struct, tag=True):
+    pass
+
+
+class TokenUpdate(msgspec.Struct):
+    """One request's progress in one scheduler step."""
+
+    rid: str
+    new_ids: list[int]
+    finished: bool
+    finish_reason: dict[str, Any] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    output_logprobs: list[Any] | None = None  # new [logprob, token_id] pairs
+    output_top_logprobs: list[Any] | None = None
+    input_logprobs: list[Any] | None = None  # sent once, with the first token
+    input_top_logprobs: list[Any] | None = None
+    queue_time: float | None = None  # seconds from arrival to first admission, sent once
+    stop: list[str] = []
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
+
+
+class TokenBatch(msgspec.Struct, tag=True):
+    """Scheduler -> detokenizer."""
+
+    updates: list[TokenUpdate]
+
+
+class TextUpdate(msgspec.Struct):
+    """Detokenizer -> API: the text that is final so far (never broken UTF-8, never a stop string)."""
+
+    rid: str
+    text: str  # delta since the last update
+    new_ids: list[int]
+    finished: bool
+    finish_reason: dict[str, Any] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    output_logprobs: list[Any] | None = None
+    output_top_logprobs: list[Any] | None = None
+    input_logprobs: list[Any] | None = None
+    input_top_logprobs: list[Any] | None = None
+    queue_time: float | None = None
+
+
+class TextBatch(msgspec.Struct, tag=True):
+    updates: list[TextUpdate]
+
+
+class ReqError(msgspec.Struct, tag=True):
+    """Scheduler -> API: a request failed before running (queue full, too long...)."""
+
+    rid: str
+    message: str
+    status: int = 400
+
+
+class SchedulerStats(msgspec.Struct, tag=True):
+    running: int
+    queued: int
+    kv_used: int
+    kv_total: int
+    cache_hit_rate: float
+    retractions: int
+    leak: str | None = None
+
+
+class FlushCacheResp(msgspec.Struct, tag=True):
+    ok: bool
+    message: str = ""
+
+
+class Ready(msgspec.Struct, tag=True):
+    """Child -> launcher handshake: ``error`` is set when startup failed (and says why)."""
+
+    process: str
+    error: str | None = None
+    info: dict[str, Any] = {}
+
+
+ToScheduler = GenerateReq | AbortReq | FlushCacheReq | Shutdown
+ToDetokenizer = TokenBatch | Shutdown
+ToApi = TextBatch | ReqError | SchedulerStats | FlushCacheResp
+
+_encoder = msgspec.msgpack.Encoder()
+encode = _encoder.encode
+
+
+def decoder(kind) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(kind)

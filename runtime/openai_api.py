@@ -1,0 +1,177 @@
+"""/v1/chat/completions and /v1/completions in OpenAI's shapes, streaming included."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from radixlm.runtime.openai_protocol import ChatCompletionRequest, CompletionRequest, SamplingExtras
+from radixlm.runtime.openai_serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
+
+
+def check_model(serving: Serving, name: str | None) -> str:
+    """Accept the served name, "default", or no name; anything else is OpenAI's 404."""
+    if name in (None, "", "default", serving.model_name):
+        return serving.model_name
+    raise ApiError(404, f"The model '{name}' does not exist (this server serves '{serving.model_name}')",
+                   param="model", code="model_not_found")
+
+
+def sampling_from(req: SamplingExtras, max_tokens: int | None, max_context: int) -> dict[str, Any]:
+    if req.regex is not None or req.ebnf is not None:
+        raise ApiError(400, "regex / ebnf constraints are not supported yet", param="regex" if req.regex else "ebnf")
+    bias = None
+    if req.logit_bias:
+        try:
+            bias = {int(k): float(v) for k, v in req.logit_bias.items()}
+        except ValueError as e:
+            raise ApiError(400, "logit_bias keys must be token ids", param="logit_bias") from e
+    return {
+        "max_new_tokens": max_context if max_tokens is None else max_tokens, "temperature": req.temperature,
+        "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p, "repetition_penalty": req.repetition_penalty,
+        "frequency_penalty": req.frequency_penalty, "presence_penalty": req.presence_penalty,
+        "stop": [req.stop] if isinstance(req.stop, str) else (req.stop or []),
+        "stop_token_ids": req.stop_token_ids or [], "ignore_eos": req.ignore_eos, "min_new_tokens": req.min_tokens,
+        "skip_special_tokens": req.skip_special_tokens, "logit_bias": bias, "n": req.n, "seed": req.seed,
+    }
+
+
+def chat_prompt(serving: Serving, req: ChatCompletionRequest) -> list[int]:
+    messages = []
+    for i, m in enumerate(req.messages):
+        content = m.content
+        if isinstance(content, list):
+            if any(part.get("type") != "text" for part in content):
+                raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
+            content = "".join(str(part.get("text", "")) for part in content)
+        messages.append({"role": m.role, "content": content or ""})
+    tok = serving.tm.tokenizer
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def token_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
+    tok = serving.tm.tokenizer
+    content = []
+    for k, (lp, tid) in enumerate(c.logprobs):
+        s = tok.decode([tid])
+        tops = c.top_logprobs[k] if k < len(c.top_logprobs) else []
+        content.append({"token": s, "logprob": lp, "bytes": list(s.encode()),
+                        "top_logprobs": [{"token": tok.decode([t]), "logprob": v, "bytes": list(tok.decode([t]).encode())}
+                                         for t, v in (tops or [])]})
+    return {"content": content}
+
+
+async def chat_completions(serving: Serving, req: ChatCompletionRequest, request: Request):
+    model = check_model(serving, req.model)
+    if req.response_format is not None and req.response_format.type != "text":
+        raise ApiError(400, "response_format json_object / json_schema is not supported yet", param="response_format")
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    sampling = sampling_from(req, max_tokens, serving.max_context)
+    top = req.top_logprobs or 0
+    if top and not req.logprobs:
+        raise ApiError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+    groups = serving.make_reqs([chat_prompt(serving, req)], sampling, return_logprob=req.logprobs,
+                               top_logprobs_num=top, priority=req.priority, rid=req.rid)
+    rid = f"chatcmpl-{groups[0][0].rid}"
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return StreamingResponse(chat_stream(serving, groups, rid, model, include_usage, req.logprobs, request),
+                                 media_type="text/event-stream")
+    choices = await serving.run(groups, request.is_disconnected)
+    return {"id": rid, "object": "chat.completion", "created": now(), "model": model,
+            "choices": [{"index": c.index, "message": {"role": "assistant", "content": "".join(c.text)},
+                         "logprobs": token_logprobs(serving, c) if req.logprobs else None,
+                         "finish_reason": finish_reason(c.last)} for c in choices],
+            "usage": usage(groups, choices)}
+
+
+async def chat_stream(serving, groups, rid, model, include_usage, logprobs, request) -> AsyncIterator[str]:
+    reqs = [r for g in groups for r in g]
+    choices = [Choice(i) for i in range(len(reqs))]
+    base = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model}
+    for c in choices:
+        yield sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
+                                        "logprobs": None, "finish_reason": None}]})
+    try:
+        async for i, u in serving.merged(reqs, request.is_disconnected):
+            c = choices[i]
+            c.add(u)
+            if not (u.text or u.finished):
+                continue
+            lp = None
+            if logprobs and u.output_logprobs:
+                tmp = Choice(i, logprobs=u.output_logprobs, top_logprobs=u.output_top_logprobs or [])
+                lp = token_logprobs(serving, tmp)
+            yield sse({**base, "choices": [{"index": i, "delta": {"content": u.text} if u.text else {},
+                                            "logprobs": lp, "finish_reason": finish_reason(u)}]})
+    except ApiError as e:
+        yield sse(e.body())
+    if include_usage:
+        yield sse({**base, "choices": [], "usage": usage(groups, choices)})
+    yield "data: [DONE]\n\n"
+
+
+def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
+    tok = serving.tm.tokenizer
+    if isinstance(prompt, str):
+        return [tok(prompt, add_special_tokens=False)["input_ids"]]
+    if prompt and all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    if not prompt:
+        raise ApiError(400, "prompt must not be empty", param="prompt")
+    return [tok(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p) for p in prompt]
+
+
+async def completions(serving: Serving, req: CompletionRequest, request: Request):
+    model = check_model(serving, req.model)
+    if req.echo:
+        raise ApiError(400, "echo is not supported", param="echo")
+    sampling = sampling_from(req, 16 if req.max_tokens is None else req.max_tokens, serving.max_context)
+    top = req.logprobs or 0
+    groups = serving.make_reqs(completion_prompts(serving, req.prompt), sampling,
+                               return_logprob=req.logprobs is not None, top_logprobs_num=top,
+                               priority=req.priority, rid=req.rid)
+    rid = f"cmpl-{groups[0][0].rid}"
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return StreamingResponse(completion_stream(serving, groups, rid, model, include_usage, request),
+                                 media_type="text/event-stream")
+    choices = await serving.run(groups, request.is_disconnected)
+    return {"id": rid, "object": "text_completion", "created": now(), "model": model,
+            "choices": [{"index": c.index, "text": "".join(c.text), "finish_reason": finish_reason(c.last),
+                         "logprobs": completion_logprobs(serving, c) if req.logprobs is not None else None}
+                        for c in choices],
+            "usage": usage(groups, choices)}
+
+
+def completion_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
+    tok = serving.tm.tokenizer
+    tokens = [tok.decode([t]) for _, t in c.logprobs]
+    offsets, pos = [], 0
+    for s in tokens:
+        offsets.append(pos)
+        pos += len(s)
+    tops = [{tok.decode([t]): v for t, v in (top or [])} for top in c.top_logprobs] or None
+    return {"tokens": tokens, "token_logprobs": [lp for lp, _ in c.logprobs], "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+async def completion_stream(serving, groups, rid, model, include_usage, request) -> AsyncIterator[str]:
+    reqs = [r for g in groups for r in g]
+    choices = [Choice(i) for i in range(len(reqs))]
+    base = {"id": rid, "object": "text_completion", "created": now(), "model": model}
+    try:
+        async for i, u in serving.merged(reqs, request.is_disconnected):
+            choices[i].add(u)
+            if u.text or u.finished:
+                yield sse({**base, "choices": [{"index": i, "text": u.text, "logprobs": None,
+                                                "finish_reason": finish_reason(u)}]})
+    except ApiError as e:
+        yield sse(e.body())
+    if include_usage:
+        yield sse({**base, "choices": [], "usage": usage(groups, choices)})
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,84 @@
+"""OpenAI request models. Unknown parameters are rejected (400 naming them), never silently accepted."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+
+
+class ResponseFormat(Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class SamplingExtras(Strict):
+    """Parameters shared by chat and text completions, OpenAI's and the SGLang/vLLM extras."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # extras
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    min_tokens: int = 0
+    priority: int = 0
+    skip_special_tokens: bool = True
+    regex: str | None = None
+    ebnf: str | None = None
+    rid: str | None = None
+
+
+class ChatMessage(Strict):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+
+class ChatCompletionRequest(SamplingExtras):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+
+
+class CompletionRequest(SamplingExtras):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = None
+    echo: bool = False
+
+
+class GenerateRequest(Strict):
+    """SGLang's native /generate."""
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    stream: bool = False
+    rid: str | None = None
+    priority: int = 0

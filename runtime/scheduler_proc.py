@@ -1,0 +1,149 @@
+"""The scheduler process: one loop of receive -> step -> send, with the forward pass on its main thread."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import msgspec
+import torch
+import zmq
+
+from radixlm.runtime.ipc import IpcPaths, pull, push
+from radixlm.runtime.messages import (
+    AbortReq,
+    FlushCacheReq,
+    FlushCacheResp,
+    GenerateReq,
+    Ready,
+    ReqError,
+    SchedulerStats,
+    Shutdown,
+    TokenBatch,
+    TokenUpdate,
+    ToScheduler,
+    decoder,
+    encode,
+)
+from radixlm.runtime.proc_utils import die_with_parent, parent_alive
+from radixlm.runtime.request import LogprobSettings, Req, SamplingParams
+from radixlm.runtime.scheduler import StepOutput
+
+log = logging.getLogger("radixlm.scheduler")
+STATS_INTERVAL_S = 0.25
+
+
+class SchedulerProcess:
+    def __init__(self, engine, paths: IpcPaths, ctx: zmq.Context) -> None:
+        self.engine = engine
+        self.sched = engine.scheduler
+        self.recv = pull(ctx, paths.to_scheduler)
+        self.to_detok = push(ctx, paths.to_detokenizer)
+        self.to_api = push(ctx, paths.to_api)
+        self.decode_msg = decoder(ToScheduler)
+        self.last_stats = 0.0
+        self.running = True
+
+    def loop(self, parent_pid: int) -> None:
+        while self.running and parent_alive(parent_pid):
+            busy = self.sched.has_work()
+            if self.recv.poll(0 if busy else 50):
+                self._drain()
+            if self.sched.has_work():
+                outputs = self.sched.step()
+                if outputs:
+                    self.to_detok.send(encode(TokenBatch([self._update(o) for o in outputs])))
+            self._maybe_send_stats()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                raw = self.recv.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                self._handle(self.decode_msg.decode(raw))
+            except msgspec.DecodeError as e:
+                log.error("dropped a malformed message: %s", e)
+
+    def _handle(self, msg) -> None:
+        if isinstance(msg, GenerateReq):
+            self._add(msg)
+        elif isinstance(msg, AbortReq):
+            self.sched.abort(msg.rid)
+        elif isinstance(msg, FlushCacheReq):
+            try:
+                self.engine.flush_cache()
+                self.to_api.send(encode(FlushCacheResp(True)))
+            except ValueError as e:
+                self.to_api.send(encode(FlushCacheResp(False, str(e))))
+        elif isinstance(msg, Shutdown):
+            self.running = False
+
+    def _add(self, msg: GenerateReq) -> None:
+        try:
+            params = SamplingParams.from_dict(msg.sampling)
+            lp = LogprobSettings(msg.return_logprob, msg.logprob_start_len, msg.top_logprobs_num)
+            req = Req(msg.rid, msg.input_ids, params, lp, self.engine.eos_ids, msg.priority)
+            seed = msg.seed if msg.seed is not None else int.from_bytes(os.urandom(7), "little")
+            req.generator.manual_seed(seed)
+            self.sched.add(req)
+        except ValueError as e:
+            status = 503 if "queue is full" in str(e) else 400
+            self.to_api.send(encode(ReqError(msg.rid, str(e), status)))
+
+    def _update(self, out: StepOutput) -> TokenUpdate:
+        r, n = out.req, len(out.new_tokens)
+        u = TokenUpdate(rid=r.rid, new_ids=out.new_tokens, finished=out.finished,
+                        finish_reason=r.finished.to_dict() if r.finished else None,
+                        prompt_tokens=len(r.origin_input_ids), completion_tokens=len(r.output_ids),
+                        cached_tokens=r.cached_tokens, stop=r.params.stop, no_stop_trim=r.params.no_stop_trim,
+                        skip_special_tokens=r.params.skip_special_tokens)
+        if len(r.output_ids) == n and r.admit_time is not None:
+            u.queue_time = r.admit_time - r.arrival
+        if r.logprob.return_logprob:
+            u.output_logprobs = [list(x) for x in r.output_token_logprobs[len(r.output_token_logprobs) - n:]]
+            if r.output_top_logprobs:
+                u.output_top_logprobs = r.output_top_logprobs[len(r.output_top_logprobs) - n:]
+            if len(r.output_ids) == n or (out.finished and not r.output_ids):  # first update: prompt logprobs
+                u.input_logprobs = [list(x) for x in r.input_token_logprobs]
+                u.input_top_logprobs = r.input_top_logprobs
+        return u
+
+    def _maybe_send_stats(self) -> None:
+        now = time.monotonic()
+        if now - self.last_stats < STATS_INTERVAL_S:
+            return
+        self.last_stats = now
+        cache, st = self.engine.cache, self.sched.stats
+        used = cache.alloc.capacity - cache.available()
+        leak = None if self.sched.has_work() else cache.check([])
+        self.to_api.send(encode(SchedulerStats(
+            running=len(self.sched.live_requests()), queued=len(self.sched.waiting), kv_used=used,
+            kv_total=cache.alloc.capacity, cache_hit_rate=st["cached_tokens"] / max(st["prompt_tokens"], 1),
+            retractions=st["retractions"], leak=leak)))
+
+
+def run_scheduler(engine_kwargs: dict, paths: IpcPaths, parent_pid: int, log_level: str) -> None:
+    """Entry point of the scheduler process (spawned)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    die_with_parent()
+    ctx = zmq.Context()
+    ready = push(ctx, paths.ready)
+    try:
+        from radixlm.runtime.engine import Engine
+
+        engine = Engine(**engine_kwargs, progress=False)
+        proc = SchedulerProcess(engine, paths, ctx)
+    except Exception as e:  # startup failure: report the real reason to the launcher
+        ready.send(encode(Ready("scheduler", error=f"{type(e).__name__}: {e}")))
+        time.sleep(0.2)
+        return
+    info = {"max_context": engine.runner.max_context, "kv_total": engine.cache.alloc.capacity,
+            "dtype": str(engine.dtype).removeprefix("torch."), "threads": torch.get_num_threads()}
+    ready.send(encode(Ready("scheduler", info=info)))
+    try:
+        proc.loop(parent_pid)
+    except KeyboardInterrupt:
+        pass

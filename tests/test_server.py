@@ -1,0 +1,177 @@
+"""The whole server over HTTP on 127.0.0.1 with the default model, driven by the official openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from radixlm.runtime.engine import Engine
+
+pytestmark = pytest.mark.slow
+LONG = " ".join(f"Item {i} is a small blue stone from the river bank." for i in range(60))
+
+
+@pytest.fixture(scope="module")
+def server(server_process):
+    srv = server_process("--dtype", "float32", "--check-invariants")
+    yield srv
+    assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+
+
+def test_chat_text_stream_and_usage(client, smol_tokenizer):
+    msgs = [{"role": "user", "content": "Name a fruit."}]
+    chat = client.chat.completions.create(model="default", messages=msgs, max_tokens=16, temperature=0)
+    text = chat.choices[0].message.content
+    assert text and chat.choices[0].finish_reason in ("stop", "length")
+    text_prompt = smol_tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    ids = smol_tokenizer(text_prompt, add_special_tokens=False)["input_ids"]
+    assert chat.usage.prompt_tokens == len(ids)
+    assert chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+    stream = client.chat.completions.create(model="default", messages=msgs, max_tokens=16, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
+    comp = client.completions.create(model="default", prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert comp.choices[0].text.startswith(" Paris")
+    tok_prompt = client.completions.create(model="default", prompt=smol_tokenizer("The capital of France is")["input_ids"],
+                                           max_tokens=8, temperature=0)
+    assert tok_prompt.choices[0].text == comp.choices[0].text
+
+
+def test_n_logprobs_seed_and_cached_tokens(client):
+    msgs = [{"role": "user", "content": "Tell me a word."}]
+    two = client.chat.completions.create(model="default", messages=msgs, max_tokens=8, n=2, temperature=1.0, seed=3)
+    assert len(two.choices) == 2 and {c.index for c in two.choices} == {0, 1}
+    again = client.chat.completions.create(model="default", messages=msgs, max_tokens=8, n=2, temperature=1.0, seed=3)
+    assert [c.message.content for c in again.choices] == [c.message.content for c in two.choices]
+    lp = client.chat.completions.create(model="default", messages=msgs, max_tokens=4, temperature=0, logprobs=True,
+                                        top_logprobs=3)
+    content = lp.choices[0].logprobs.content
+    assert len(content) == lp.usage.completion_tokens and all(c.logprob <= 0 for c in content)
+    assert len(content[0].top_logprobs) == 3 and content[0].top_logprobs[0].token == content[0].token
+    first = client.completions.create(model="default", prompt=LONG, max_tokens=2, temperature=0)
+    second = client.completions.create(model="default", prompt=LONG, max_tokens=2, temperature=0)
+    assert first.usage.prompt_tokens > 400
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+
+
+def test_http_greedy_equals_engine(server, smol_model_fp32, smol_tokenizer):
+    engine = Engine.from_model(smol_model_fp32, smol_tokenizer)
+    sp = {"temperature": 0, "max_new_tokens": 24}
+    want = engine.generate("Write a short poem about the sea.", sp)
+    got = httpx.post(f"{server.url}/generate", json={"text": "Write a short poem about the sea.",
+                                                       "sampling_params": sp}, timeout=60).json()
+    assert got["output_ids"] == want["output_ids"] and got["text"] == want["text"]
+
+
+def test_disconnect_mid_stream_frees_the_request(server):
+    body = {"prompt": "Count to one thousand:", "max_tokens": 2000, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 6:
+                break
+        assert server.metric("num_running_reqs") >= 0
+    gone = time.monotonic()
+    while server.stats()["running"] > 0:
+        assert time.monotonic() - gone < 1.5, "request still running after the client left"
+        time.sleep(0.05)
+    stats = server.wait_idle()
+    assert stats["leak"] is None
+
+
+@pytest.mark.parametrize("body, status, param", [
+    ("{not json", 400, None),
+    ({"model": "default"}, 400, "messages"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}, 400, "max_new_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "temperature": "warm"}, 400, "temperature"),
+    ({"messages": [{"role": "user", "content": "hi"}], "modalities": ["audio"]}, 400, "modalities"),
+    ({"messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages"),
+])
+def test_bad_input_gets_openai_errors(server, body, status, param):
+    kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, str) else {"json": body}
+    r = httpx.post(f"{server.url}/v1/chat/completions", timeout=30, **kw)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["message"] and err["type"] == "invalid_request_error" and err["param"] == param
+    ok = httpx.post(f"{server.url}/v1/chat/completions", timeout=30,
+                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+def test_unknown_model_is_404(server):
+    r = httpx.post(f"{server.url}/v1/completions", json={"model": "gpt-9", "prompt": "hi"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def test_64_concurrent_streams_complete_with_the_right_text(server):
+    prompts = [f"List {i % 8 + 2} animals that live in the {['sea', 'forest', 'desert', 'city'][i % 4]}:"
+               for i in range(64)]
+
+    async def one(client, p, stream):
+        body = {"prompt": p, "max_tokens": 12, "temperature": 0, "stream": stream}
+        if not stream:
+            return (await client.post(f"{server.url}/v1/completions", json=body)).json()["choices"][0]["text"]
+        text = ""
+        async with client.stream("POST", f"{server.url}/v1/completions", json=body) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    text += __import__("json").loads(line[6:])["choices"][0]["text"]
+        return text
+
+    async def main(stream):
+        async with httpx.AsyncClient(timeout=300) as c:
+            return await asyncio.gather(*(one(c, p, stream) for p in prompts))
+
+    plain = asyncio.run(main(False))
+    streamed = asyncio.run(main(True))
+    assert streamed == plain and all(plain)
+    assert server.wait_idle()["leak"] is None
+
+
+def test_native_endpoints(server):
+    u = server.url
+    assert httpx.get(f"{u}/health_generate", timeout=30).status_code == 200
+    assert httpx.get(f"{u}/model_info").json()["is_generation"] is True
+    tok = httpx.post(f"{u}/tokenize", json={"text": "hello world"}).json()
+    assert httpx.post(f"{u}/detokenize", json={"tokens": tok["tokens"]}).json()["text"] == "hello world"
+    batch = httpx.post(f"{u}/generate", json={"text": ["a", "b"], "sampling_params": {"max_new_tokens": 2}},
+                       timeout=30).json()
+    assert len(batch) == 2 and all(b["meta_info"]["completion_tokens"] == 2 for b in batch)
+    lines = []
+    with httpx.stream("POST", f"{u}/generate", json={"text": "Hi", "stream": True,
+                                                     "sampling_params": {"max_new_tokens": 4}}, timeout=30) as r:
+        lines = [ln for ln in r.iter_lines() if ln.startswith("data:")]
+    assert lines[-1] == "data: [DONE]" and len(lines) >= 2
+    server.wait_idle()
+    assert httpx.post(f"{u}/flush_cache", timeout=30).status_code == 200
+    metrics = httpx.get(f"{u}/metrics").text
+    for name in ("prompt_tokens_total", "generation_tokens_total", "time_to_first_token_seconds_bucket",
+                 "num_running_reqs", "cache_hit_rate", "e2e_request_latency_seconds_count"):
+        assert f"radixlm:{name}" in metrics
+    assert httpx.get(f"{u}/v1/models").json()["data"][0]["id"]
+
+
+def test_api_key_and_clean_shutdown(server_process):
+    srv = server_process("--api-key", "sekrit", "--max-total-tokens", "4096")
+    try:
+        assert httpx.get(f"{srv.url}/health").status_code == 200
+        r = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        ok = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="sekrit").models.list()
+        assert ok.data
+    finally:
+        assert srv.stop() == 0
+    threading.Event().wait(0.5)
