@@ -58,6 +58,10 @@ class EngineConfig:
     num_threads: int | None = _opt(None, "torch intra-op threads; default: the number of cores")
     random_seed: int = _opt(0, "seed of the engine's RNG (requests without a seed draw from it)")
     check_invariants: bool = _opt(False, "check KV accounting after every step (debug)")
+    grammar_backend: str = _opt("xgrammar", "grammar backend for constrained decoding",
+                                choices=("xgrammar", "outlines"))
+    grammar_timeout_s: float = _opt(60.0, "a grammar that takes longer to compile fails its request")
+    jump_forward: bool = _opt(True, "append grammar-forced text in one step instead of token by token")
 
     def __post_init__(self) -> None:
         positive = ("page_size", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests")
@@ -70,6 +74,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
+        if self.grammar_backend not in ("xgrammar", "outlines"):
+            raise ValueError(f"grammar_backend must be 'xgrammar' or 'outlines', got {self.grammar_backend!r}")
         if self.eviction_policy not in ("lru", "lfu"):
             raise ValueError(f"eviction_policy must be 'lru' or 'lfu', got {self.eviction_policy!r}")
 
@@ -84,8 +90,6 @@ class ServerConfig:
     chat_template: str | None = _opt(None, "a Jinja chat template file that replaces the model's")
     api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on every route but /health")
     log_level: str = _opt("info", "logging level", choices=("debug", "info", "warning", "error"))
-    grammar_backend: str = _opt("xgrammar", "grammar backend for constrained decoding",
-                                choices=("xgrammar", "outlines", "none"))
     max_request_bytes: int = _opt(8 * 2**20, "largest request body accepted")
     max_n: int = _opt(64, "largest n (samples per prompt)")
     max_stop: int = _opt(64, "most stop strings per request")

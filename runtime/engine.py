@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from radixlm.constrained import GrammarCache, make_backend, spec_from_sampling
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.cache_manager import KVCacheManager
 from radixlm.runtime.config import EngineConfig
@@ -60,7 +61,10 @@ class Engine:
         self.runner = ModelRunner(model, cfg, dtype)
         tree = None if cfg.disable_radix_cache else RadixCache(cfg.page_size, cfg.eviction_policy)
         self.cache = KVCacheManager(self.runner.allocator, self.runner.req_to_token, tree)
-        self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.runner.max_context, self._decode)
+        self._grammars: GrammarCache | None = None
+        encode = self._encode if tokenizer is not None else None
+        self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.runner.max_context, self._decode,
+                                   encode, self.grammar_cache if tokenizer is not None else None)
         self.eos_ids = model.cfg.eos_token_ids
         if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in self.eos_ids:
             self.eos_ids = (*self.eos_ids, tokenizer.eos_token_id)
@@ -70,6 +74,16 @@ class Engine:
         self._driver: asyncio.Task | None = None
 
     # ------------------------------------------------------------ request building
+    def grammar_cache(self) -> GrammarCache:
+        if self._grammars is None:
+            stop = list(self.eos_ids)
+            backend = make_backend(self.config.grammar_backend, self.tokenizer, self.model.cfg.vocab_size, stop)
+            self._grammars = GrammarCache(backend)
+        return self._grammars
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""
 
@@ -81,7 +95,11 @@ class Engine:
             raise ValueError(f"sampling_params: {len(params)} given for {len(prompts)} prompts")
         reqs = []
         for i, (ids, sp) in enumerate(zip(prompts, params, strict=True)):
-            sp = SamplingParams.from_dict(sp) if not isinstance(sp, SamplingParams) else sp
+            spec = None
+            if not isinstance(sp, SamplingParams):
+                sp = dict(sp)
+                spec = spec_from_sampling(sp)
+                sp = SamplingParams.from_dict(sp)
             if sp.stop and self.tokenizer is None:
                 raise ValueError("sampling_params.stop needs a tokenizer")
             base = str(next(self._rids)) if rid is None else rid if len(prompts) == 1 else f"{rid}-{i}"
@@ -89,6 +107,7 @@ class Engine:
                 seed = sp.seed + j if sp.seed is not None else int(torch.randint(2**62, (1,), generator=self._seed_rng))
                 req = Req(base if sp.n == 1 else f"{base}-{j}", ids, sp, logprob, self.eos_ids, priority)
                 req.generator.manual_seed(seed)
+                req.spec = spec
                 reqs.append(req)
         for req in reqs:
             self._check_fits(req)
@@ -143,6 +162,9 @@ class Engine:
             return self._stream_sync(reqs[0])
         while any(r.finished is None for r in reqs):
             self.scheduler.step()
+        bad = next((r.finished for r in reqs if r.finished.status == 400), None)
+        if bad is not None:  # e.g. a grammar that does not compile
+            raise ValueError(bad.message)
         results = [self._result(r) for r in reqs]
         single = (isinstance(prompt, str) or (input_ids is not None and not isinstance(input_ids[0], list)))
         return results[0] if single and len(results) == 1 else results

@@ -19,6 +19,7 @@ class GenerateReq(msgspec.Struct, tag=True):
     top_logprobs_num: int = 0
     priority: int = 0
     seed: int | None = None
+    constraint: tuple[str, str] | None = None  # (ConstraintSpec.kind, ConstraintSpec.value)
 
 
 class AbortReq(msgspec.Struct, tag=True):

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from radixlm.constrained import spec_from_response_format
 from radixlm.runtime.openai_protocol import ChatCompletionRequest, CompletionRequest, SamplingExtras
 from radixlm.runtime.openai_serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
+from radixlm.runtime.openai_tools import (
+    call_schema,
+    chosen_functions,
+    parse_tool_call,
+    tool_functions,
+    tools_system_prompt,
+)
 
 
 def check_model(serving: Serving, name: str | None) -> str:
@@ -21,8 +30,6 @@ def check_model(serving: Serving, name: str | None) -> str:
 
 
 def sampling_from(req: SamplingExtras, max_tokens: int | None, max_context: int) -> dict[str, Any]:
-    if req.regex is not None or req.ebnf is not None:
-        raise ApiError(400, "regex / ebnf constraints are not supported yet", param="regex" if req.regex else "ebnf")
     bias = None
     if req.logit_bias:
         try:
@@ -36,17 +43,23 @@ def sampling_from(req: SamplingExtras, max_tokens: int | None, max_context: int)
         "stop": [req.stop] if isinstance(req.stop, str) else (req.stop or []),
         "stop_token_ids": req.stop_token_ids or [], "ignore_eos": req.ignore_eos, "min_new_tokens": req.min_tokens,
         "skip_special_tokens": req.skip_special_tokens, "logit_bias": bias, "n": req.n, "seed": req.seed,
+        "regex": req.regex, "ebnf": req.ebnf, "json_schema": req.json_schema,
     }
 
 
-def chat_prompt(serving: Serving, req: ChatCompletionRequest) -> list[int]:
+def chat_prompt(serving: Serving, req: ChatCompletionRequest, functions: dict[str, dict]) -> list[int]:
     messages = []
+    if functions and req.tool_choice != "none":
+        messages.append({"role": "system", "content": tools_system_prompt(functions)})
     for i, m in enumerate(req.messages):
         content = m.content
         if isinstance(content, list):
             if any(part.get("type") != "text" for part in content):
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
             content = "".join(str(part.get("text", "")) for part in content)
+        if m.tool_calls:  # an earlier call, shown to the model the way it is asked to write calls
+            fn = (m.tool_calls[0] or {}).get("function", {})
+            content = json.dumps({"name": fn.get("name"), "arguments": json.loads(fn.get("arguments") or "{}")})
         messages.append({"role": m.role, "content": content or ""})
     tok = serving.tm.tokenizer
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -67,29 +80,44 @@ def token_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
 
 async def chat_completions(serving: Serving, req: ChatCompletionRequest, request: Request):
     model = check_model(serving, req.model)
-    if req.response_format is not None and req.response_format.type != "text":
-        raise ApiError(400, "response_format json_object / json_schema is not supported yet", param="response_format")
+    functions = tool_functions(req.tools)
+    forced = chosen_functions(functions, req.tool_choice)
+    try:
+        spec = call_schema(forced) if forced else spec_from_response_format(
+            req.response_format.model_dump() if req.response_format else None)
+    except ValueError as e:
+        raise ApiError(400, str(e), param="tools" if forced else "response_format") from e
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     sampling = sampling_from(req, max_tokens, serving.max_context)
     top = req.top_logprobs or 0
     if top and not req.logprobs:
         raise ApiError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
-    groups = serving.make_reqs([chat_prompt(serving, req)], sampling, return_logprob=req.logprobs,
-                               top_logprobs_num=top, priority=req.priority, rid=req.rid)
+    groups = serving.make_reqs([chat_prompt(serving, req, functions)], sampling, return_logprob=req.logprobs,
+                               top_logprobs_num=top, priority=req.priority, rid=req.rid, spec=spec)
     rid = f"chatcmpl-{groups[0][0].rid}"
+    tools = functions if req.tool_choice != "none" else {}
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(chat_stream(serving, groups, rid, model, include_usage, req.logprobs, request),
+        events = await serving.start_stream([r for g in groups for r in g], request.is_disconnected)
+        return StreamingResponse(chat_stream(serving, groups, events, rid, model, include_usage, req.logprobs, tools),
                                  media_type="text/event-stream")
     choices = await serving.run(groups, request.is_disconnected)
     return {"id": rid, "object": "chat.completion", "created": now(), "model": model,
-            "choices": [{"index": c.index, "message": {"role": "assistant", "content": "".join(c.text)},
-                         "logprobs": token_logprobs(serving, c) if req.logprobs else None,
-                         "finish_reason": finish_reason(c.last)} for c in choices],
+            "choices": [chat_choice(serving, c, tools, f"call_{rid}_{c.index}", req.logprobs) for c in choices],
             "usage": usage(groups, choices)}
 
 
-async def chat_stream(serving, groups, rid, model, include_usage, logprobs, request) -> AsyncIterator[str]:
+def chat_choice(serving: Serving, c: Choice, tools: dict, call_id: str, logprobs: bool) -> dict[str, Any]:
+    text = "".join(c.text)
+    calls = parse_tool_call(text, tools, call_id) if tools else None
+    message = {"role": "assistant", "content": None if calls else text}
+    if calls:
+        message["tool_calls"] = calls
+    return {"index": c.index, "message": message, "logprobs": token_logprobs(serving, c) if logprobs else None,
+            "finish_reason": "tool_calls" if calls else finish_reason(c.last)}
+
+
+async def chat_stream(serving, groups, events, rid, model, include_usage, logprobs, tools) -> AsyncIterator[str]:
     reqs = [r for g in groups for r in g]
     choices = [Choice(i) for i in range(len(reqs))]
     base = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model}
@@ -97,9 +125,13 @@ async def chat_stream(serving, groups, rid, model, include_usage, logprobs, requ
         yield sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
                                         "logprobs": None, "finish_reason": None}]})
     try:
-        async for i, u in serving.merged(reqs, request.is_disconnected):
+        async for i, u in events:
             c = choices[i]
             c.add(u)
+            if tools:  # a tool call is sent whole, once its JSON is complete
+                if u.finished:
+                    yield sse({**base, "choices": [tool_delta(chat_choice(serving, c, tools, f"call_{rid}_{i}", False))]})
+                continue
             if not (u.text or u.finished):
                 continue
             lp = None
@@ -113,6 +145,14 @@ async def chat_stream(serving, groups, rid, model, include_usage, logprobs, requ
     if include_usage:
         yield sse({**base, "choices": [], "usage": usage(groups, choices)})
     yield "data: [DONE]\n\n"
+
+
+def tool_delta(choice: dict[str, Any]) -> dict[str, Any]:
+    msg = choice["message"]
+    delta: dict[str, Any] = {"content": msg["content"]} if msg["content"] else {}
+    if msg.get("tool_calls"):
+        delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(msg["tool_calls"])]
+    return {"index": choice["index"], "delta": delta, "logprobs": None, "finish_reason": choice["finish_reason"]}
 
 
 def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
@@ -138,7 +178,8 @@ async def completions(serving: Serving, req: CompletionRequest, request: Request
     rid = f"cmpl-{groups[0][0].rid}"
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(completion_stream(serving, groups, rid, model, include_usage, request),
+        events = await serving.start_stream([r for g in groups for r in g], request.is_disconnected)
+        return StreamingResponse(completion_stream(serving, groups, events, rid, model, include_usage),
                                  media_type="text/event-stream")
     choices = await serving.run(groups, request.is_disconnected)
     return {"id": rid, "object": "text_completion", "created": now(), "model": model,
@@ -160,12 +201,12 @@ def completion_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
             "text_offset": offsets}
 
 
-async def completion_stream(serving, groups, rid, model, include_usage, request) -> AsyncIterator[str]:
+async def completion_stream(serving, groups, events, rid, model, include_usage) -> AsyncIterator[str]:
     reqs = [r for g in groups for r in g]
     choices = [Choice(i) for i in range(len(reqs))]
     base = {"id": rid, "object": "text_completion", "created": now(), "model": model}
     try:
-        async for i, u in serving.merged(reqs, request.is_disconnected):
+        async for i, u in events:
             choices[i].add(u)
             if u.text or u.finished:
                 yield sse({**base, "choices": [{"index": i, "text": u.text, "logprobs": None,

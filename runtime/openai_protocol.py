@@ -47,6 +47,7 @@ class SamplingExtras(Strict):
     skip_special_tokens: bool = True
     regex: str | None = None
     ebnf: str | None = None
+    json_schema: dict[str, Any] | str | None = None
     rid: str | None = None
 
 
@@ -54,6 +55,8 @@ class ChatMessage(Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
 
 class ChatCompletionRequest(SamplingExtras):
@@ -62,6 +65,9 @@ class ChatCompletionRequest(SamplingExtras):
     logprobs: bool = False
     top_logprobs: int | None = None
     response_format: ResponseFormat | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(SamplingExtras):

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.constrained import ConstraintSpec, spec_from_sampling
 from radixlm.runtime.config import ServerConfig
 from radixlm.runtime.messages import GenerateReq, TextUpdate
 from radixlm.runtime.request import SamplingParams
@@ -27,8 +28,8 @@ class ApiError(Exception):
 
 def bad_param(e: ValueError) -> ApiError:
     msg = str(e)
-    head = msg.split(" ", 1)[0]
-    param = head.split(".", 1)[1] if head.startswith("sampling_params.") else head.rstrip(":")
+    head = msg.split(" ", 1)[0].rstrip(":")
+    param = head.split(".", 1)[1] if head.startswith("sampling_params.") else head.split(".")[0]
     return ApiError(400, msg, param=param)
 
 
@@ -71,10 +72,16 @@ class Serving:
             raise ApiError(400, "input ids must be token ids within the vocabulary", param="input_ids")
 
     def make_reqs(self, prompts: list[list[int]], sampling: dict[str, Any], *, return_logprob=False,
-                  logprob_start_len=-1, top_logprobs_num=0, priority=0, rid=None) -> list[list[GenerateReq]]:
+                  logprob_start_len=-1, top_logprobs_num=0, priority=0, rid=None,
+                  spec: ConstraintSpec | None = None) -> list[list[GenerateReq]]:
         """One list of n GenerateReqs per prompt (seeds seed, seed + 1, ...). Raises ApiError on bad input."""
+        sampling = dict(sampling)
         n, seed = sampling.pop("n", 1), sampling.pop("seed", None)
         try:
+            from_params = spec_from_sampling(sampling)
+            if spec is not None and from_params is not None:
+                raise ValueError("constraint: give one of response_format / tools or regex / ebnf / json_schema")
+            spec = spec or from_params
             params = SamplingParams.from_dict({**sampling, "n": n, "seed": seed})
         except (ValueError, TypeError) as e:
             raise bad_param(ValueError(str(e))) from e
@@ -93,7 +100,9 @@ class Serving:
             out.append([GenerateReq(rid=prid if n == 1 else f"{prid}-{j}", input_ids=ids, sampling=sp,
                                     return_logprob=return_logprob, logprob_start_len=logprob_start_len,
                                     top_logprobs_num=top_logprobs_num, priority=priority,
-                                    seed=None if seed is None else seed + j) for j in range(n)])
+                                    seed=None if seed is None else seed + j,
+                                    constraint=None if spec is None else (spec.kind, spec.value))
+                        for j in range(n)])
         return out
 
     # ------------------------------------------------------------ running
@@ -103,6 +112,23 @@ class Serving:
         async for i, u in self.merged(reqs, is_disconnected):
             choices[i].add(u)
         return choices
+
+    async def start_stream(self, reqs: list[GenerateReq], is_disconnected):
+        """Submit and wait for the first event, so that a request failing early (a grammar that does not
+        compile, a full queue) is an HTTP error, not an error inside a 200 stream."""
+        events = self.merged(reqs, is_disconnected)
+        try:
+            first = await events.__anext__()
+        except StopAsyncIteration:
+            first = None
+
+        async def chained():
+            if first is not None:
+                yield first
+                async for item in events:
+                    yield item
+
+        return chained()
 
     async def merged(self, reqs: list[GenerateReq], is_disconnected) -> AsyncIterator[tuple[int, TextUpdate]]:
         """Submit all and yield (index, update) as they arrive; errors and disconnects abort the rest."""

@@ -44,10 +44,11 @@ def order_queue(items: list[QueueItem], policy: str, now: float, max_wait_s: flo
         policy = "fcfs"
     if policy == "lpm":
         rest.sort(key=lambda i: (i.priority, -i.prefix_len, i.arrival))
-        rest, _ = dedup_shared_prefixes(rest, in_flight=in_flight)
     elif policy == "dfs-weight":
-        rest, _ = dedup_shared_prefixes(dfs_weight_order(rest), in_flight=in_flight)
-    elif policy == "fcfs":
+        rest = dfs_weight_order(rest)
+    if policy in ("lpm", "dfs-weight"):  # aged requests too: waiting one more round for a cache hit is cheap
+        return dedup_shared_prefixes(aged + rest, in_flight=in_flight)[0]
+    if policy == "fcfs":
         rest.sort(key=lambda i: (i.priority, i.arrival))
     elif policy == "lof":
         rest.sort(key=lambda i: (i.priority, -i.max_new_tokens, i.arrival))

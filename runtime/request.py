@@ -106,6 +106,7 @@ class FinishReason:
     type: str  # "stop" | "length" | "abort"
     matched: int | str | None = None
     message: str | None = None
+    status: int | None = None  # for an error: the HTTP status it maps to (400 for a bad grammar)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"type": self.type, "matched": self.matched}
@@ -147,6 +148,10 @@ class Req:
         self.output_token_logprobs: list = []
         self.output_top_logprobs: list = []
         self.stop_text_len: int | None = None  # where a matched stop string starts in the output text
+        self.spec = None  # ConstraintSpec, if constrained
+        self.grammar_future = None  # Future[Grammar] while compiling
+        self.grammar = None  # Matcher, once compiled
+        self.num_jump_forward_tokens = 0
 
     @property
     def fill_ids(self) -> list[int]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixlm.kernels.token_bitmask import apply_token_bitmask
 from radixlm.runtime.request import Req
 
 
@@ -48,6 +49,17 @@ def block_early_stop(logits: torch.Tensor, reqs: list[Req]) -> None:
                 logits[i, ids] = float("-inf")
 
 
+def apply_grammars(logits: torch.Tensor, reqs: list[Req]) -> None:
+    """Mask the tokens each constrained row's grammar forbids (rows without a grammar are untouched)."""
+    rows = [i for i, r in enumerate(reqs) if r.grammar is not None]
+    if not rows:
+        return
+    bitmask = torch.full((len(reqs), (logits.shape[1] + 31) // 32), -1, dtype=torch.int32)
+    need = [i for i in rows if reqs[i].grammar.fill_bitmask(bitmask, i)]
+    if need:
+        apply_token_bitmask(logits, bitmask, torch.tensor(need))
+
+
 def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> renormalized probs [B, V]."""
     sorted_p, idx = probs.sort(dim=-1, descending=True)
@@ -69,6 +81,7 @@ def sample(logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
     apply_penalties(logits, reqs)
     block_early_stop(logits, reqs)
+    apply_grammars(logits, reqs)
     tokens = logits.argmax(dim=-1)
     rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
     if rand_rows:

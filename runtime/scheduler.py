@@ -17,6 +17,7 @@ import torch
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
 from radixlm.runtime.cache_manager import KVCacheManager
 from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.grammar_steps import accept_sampled, jump_forward, poll_compiles
 from radixlm.runtime.policy import CLIP_MAX_NEW_TOKENS, PrefillBudget, QueueItem, order_queue
 from radixlm.runtime.request import FinishReason, Req
 from radixlm.runtime.sampler import sample
@@ -34,12 +35,16 @@ class StepOutput:
 
 class Scheduler:
     def __init__(self, config: EngineConfig, forward: Callable[[ForwardBatch], torch.Tensor],
-                 cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str]) -> None:
+                 cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str],
+                 encode: Callable[[str], list[int]] | None = None, grammars: Callable | None = None) -> None:
         self.cfg = config
         self.forward = forward
         self.cache = cache
         self.max_context = max_context
         self.decode = decode
+        self.encode = encode
+        self.grammars = grammars  # () -> GrammarCache, built on first use
+        self.grammar_queue: list[Req] = []  # constrained requests whose grammar is compiling
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.chunked: Req | None = None
@@ -47,7 +52,7 @@ class Scheduler:
         self.init_ratio = min(1.0, 0.7 * config.schedule_conservativeness)
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0,
-                      "prompt_tokens": 0, "cached_tokens": 0}
+                      "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
 
     # ------------------------------------------------------------ queue management
     def add(self, req: Req) -> None:
@@ -58,8 +63,14 @@ class Scheduler:
             raise ValueError(f"prompt has {len(req.origin_input_ids)} tokens; the KV pool holds "
                              f"{self.cache.alloc.capacity}")
         cap = self.cfg.max_queued_requests
-        if cap is not None and len(self.waiting) >= cap:
+        if cap is not None and len(self.waiting) + len(self.grammar_queue) >= cap:
             raise ValueError(f"the request queue is full ({cap} waiting); retry later")
+        if req.spec is not None:
+            if self.grammars is None:
+                raise ValueError("constraint: this engine has no tokenizer, so no grammar backend")
+            req.grammar_future = self.grammars().get(req.spec)
+            self.grammar_queue.append(req)
+            return
         self.waiting.append(req)
 
     def abort(self, rid: str) -> None:
@@ -67,15 +78,22 @@ class Scheduler:
         self.pending_aborts.add(rid)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.chunked or self.pending_aborts)
+        return bool(self.waiting or self.running or self.chunked or self.pending_aborts or self.grammar_queue)
 
     def live_requests(self) -> list[Req]:
-        return self.running + ([self.chunked] if self.chunked else [])
+        """Requests holding KV: running, chunked, and waiting ones that keep their row (after jump-forward)."""
+        held = [r for r in self.waiting if r.row is not None]
+        return self.running + ([self.chunked] if self.chunked else []) + held
 
     # ------------------------------------------------------------ the step
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         outputs = self._apply_aborts()
+        if self.grammar_queue:
+            idle = not (self.waiting or self.running or self.chunked)
+            ready, failed = poll_compiles(self.grammar_queue, self.cfg.grammar_timeout_s, 0.01 if idle else 0)
+            self.waiting += ready
+            outputs += [StepOutput(r, [], True) for r in failed]
         entries = self._schedule_prefill()
         if entries:
             outputs += self._run_prefill(entries)
@@ -100,7 +118,8 @@ class Scheduler:
         if not self.pending_aborts:
             return []
         prefixes, self.pending_aborts = tuple(self.pending_aborts), set()
-        hit = [r for r in self.waiting + self.live_requests() if r.rid.startswith(prefixes)]
+        hit = [r for r in self.grammar_queue + self.waiting + self.running + ([self.chunked] if self.chunked else [])
+               if r.rid.startswith(prefixes)]
         for req in hit:
             req.finished = FinishReason("abort", message="aborted by request")
             self._release(req, insert=req.row is not None)
@@ -142,8 +161,9 @@ class Scheduler:
                 if fresh:
                     self.cache.release(req, insert=False)
                 break
-            if fresh:
+            if req in self.waiting:  # fresh, or back after a jump-forward (it kept its KV row)
                 self.waiting.remove(req)
+            if fresh:
                 req.admit_time = req.admit_time or time.monotonic()
                 if not req.output_ids and req.num_retractions == 0:
                     req.cached_tokens = req.prefix_len
@@ -264,21 +284,40 @@ class Scheduler:
         outputs = []
         now = time.monotonic()
         for i, req in enumerate(reqs):
-            tok = result.tokens[i]
+            tok, start = result.tokens[i], len(req.output_ids)
             req.output_ids.append(tok)
             req.first_token_time = req.first_token_time or now
             if req.logprob.return_logprob:
                 req.output_token_logprobs.append((result.logprobs[i], tok))
                 if result.top_logprobs is not None:
                     req.output_top_logprobs.append(result.top_logprobs[i])
-            req.finished = check_finished(req, self.decode, self.max_context)
+            if req.grammar is not None:
+                req.finished = accept_sampled(req, tok)
+            req.finished = req.finished or check_finished(req, self.decode, self.max_context)
             if req.finished:
                 self.running.remove(req)
                 self._release(req, insert=True)
-            outputs.append(StepOutput(req, [tok], req.finished is not None))
+            elif req.grammar is not None:
+                self._jump_forward(req)
+            outputs.append(StepOutput(req, req.output_ids[start:], req.finished is not None))
         return outputs
 
+    def _jump_forward(self, req: Req) -> bool:
+        """Forced text goes in as one extend step: the request waits for it, keeping its KV row."""
+        if not self.cfg.jump_forward or self.encode is None or req.logprob.return_logprob:
+            return False
+        room = req.params.max_new_tokens - len(req.output_ids)
+        n = jump_forward(req, self.encode, self.decode, room) if room > 0 else 0
+        if n == 0:
+            return False
+        self.stats["jump_forward_tokens"] += n
+        self.running.remove(req)
+        self.waiting.insert(0, req)
+        return True
+
     def _release(self, req: Req, insert: bool) -> None:
+        if req in self.grammar_queue:
+            self.grammar_queue.remove(req)
         if req in self.waiting:
             self.waiting.remove(req)
         if req in self.running:

@@ -10,6 +10,7 @@ import msgspec
 import torch
 import zmq
 
+from radixlm.constrained import ConstraintSpec
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import (
     AbortReq,
@@ -52,8 +53,12 @@ class SchedulerProcess:
                 self._drain()
             if self.sched.has_work():
                 outputs = self.sched.step()
-                if outputs:
-                    self.to_detok.send(encode(TokenBatch([self._update(o) for o in outputs])))
+                updates = [self._update(o) for o in outputs]
+                for err in (u for u in updates if isinstance(u, ReqError)):
+                    self.to_api.send(encode(err))
+                tokens = [u for u in updates if isinstance(u, TokenUpdate)]
+                if tokens:
+                    self.to_detok.send(encode(TokenBatch(tokens)))
             self._maybe_send_stats()
 
     def _drain(self) -> None:
@@ -86,6 +91,8 @@ class SchedulerProcess:
             params = SamplingParams.from_dict(msg.sampling)
             lp = LogprobSettings(msg.return_logprob, msg.logprob_start_len, msg.top_logprobs_num)
             req = Req(msg.rid, msg.input_ids, params, lp, self.engine.eos_ids, msg.priority)
+            if msg.constraint is not None:
+                req.spec = ConstraintSpec(*msg.constraint)
             seed = msg.seed if msg.seed is not None else int.from_bytes(os.urandom(7), "little")
             req.generator.manual_seed(seed)
             self.sched.add(req)
@@ -93,8 +100,10 @@ class SchedulerProcess:
             status = 503 if "queue is full" in str(e) else 400
             self.to_api.send(encode(ReqError(msg.rid, str(e), status)))
 
-    def _update(self, out: StepOutput) -> TokenUpdate:
+    def _update(self, out: StepOutput) -> TokenUpdate | ReqError:
         r, n = out.req, len(out.new_tokens)
+        if r.finished is not None and r.finished.status:  # failed before producing anything useful
+            return ReqError(r.rid, r.finished.message or "request failed", r.finished.status)
         u = TokenUpdate(rid=r.rid, new_ids=out.new_tokens, finished=out.finished,
                         finish_reason=r.finished.to_dict() if r.finished else None,
                         prompt_tokens=len(r.origin_input_ids), completion_tokens=len(r.output_ids),

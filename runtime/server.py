@@ -157,7 +157,9 @@ async def native_generate(serving: Serving, req: GenerateRequest, request: Reque
                                     logprob_start_len=req.logprob_start_len, top_logprobs_num=req.top_logprobs_num,
                                     priority=req.priority, rid=rid)
     if req.stream:
-        return StreamingResponse(generate_stream(serving, groups, request), media_type="text/event-stream")
+        reqs = [r for g in groups for r in g]
+        events = await serving.start_stream(reqs, request.is_disconnected)
+        return StreamingResponse(generate_stream(reqs, events), media_type="text/event-stream")
     choices = await serving.run(groups, request.is_disconnected)
     results = [native_result(c, r) for c, r in zip(choices, [r for g in groups for r in g], strict=True)]
     return results[0] if single and len(results) == 1 else results
@@ -173,12 +175,11 @@ def native_result(c: Choice, r) -> dict[str, Any]:
     return {"text": "".join(c.text), "output_ids": c.ids, "meta_info": meta}
 
 
-async def generate_stream(serving: Serving, groups, request: Request):
+async def generate_stream(reqs, events):
     """SGLang's /generate stream: every event carries the text so far, then [DONE]."""
-    reqs = [r for g in groups for r in g]
     choices = [Choice(i) for i in range(len(reqs))]
     try:
-        async for i, u in serving.merged(reqs, request.is_disconnected):
+        async for i, u in events:
             choices[i].add(u)
             out = native_result(choices[i], reqs[i])
             if len(reqs) > 1:

@@ -128,3 +128,11 @@ class ServerProcess:
 def server_process():
     """The ServerProcess class: ``server_process(*flags)`` starts `radixlm serve` and waits for /health."""
     return ServerProcess
+
+
+@pytest.fixture(scope="session")
+def smol_model_bf16(smol_files):
+    """The embedded model in bfloat16 (the default dtype), shared by the slow tests."""
+    from radixlm.runtime.weights import load_model
+
+    return load_model(smol_files, torch.bfloat16, progress=False)
