@@ -114,6 +114,12 @@ class KVCacheManager:
     # ------------------------------------------------------------ checks
     def check(self, live: list[Req]) -> str | None:
         """None if KV accounting holds; else a message naming what leaked."""
+        rows = {r.row: r.rid for r in live if r.row is not None}
+        free_rows = self.req_to_token.free_rows()
+        if len(rows) + len(free_rows) != self.req_to_token.num_rows or set(rows) & free_rows:
+            lost = set(range(self.req_to_token.num_rows)) - free_rows - set(rows)
+            return (f"request-table leak: rows {sorted(lost)[:8]} are neither free nor owned; "
+                    f"live rows {sorted(rows.items())[:8]}")
         tree_total = self.tree.total_size() if self.tree else 0
         owned = {r.rid: self.owned_pages(r) * self.page for r in live if r.row is not None}
         total = self.alloc.available() + tree_total + sum(owned.values())

@@ -62,6 +62,7 @@ class EngineConfig:
                                 choices=("xgrammar", "outlines"))
     grammar_timeout_s: float = _opt(60.0, "a grammar that takes longer to compile fails its request")
     jump_forward: bool = _opt(True, "append grammar-forced text in one step instead of token by token")
+    watchdog_timeout_s: float = _opt(300.0, "a forward step slower than this is reported and its requests fail")
 
     def __post_init__(self) -> None:
         positive = ("page_size", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests")
@@ -94,4 +95,6 @@ class ServerConfig:
     max_n: int = _opt(64, "largest n (samples per prompt)")
     max_stop: int = _opt(64, "most stop strings per request")
     max_top_logprobs: int = _opt(20, "largest top_logprobs")
+    max_messages: int = _opt(1024, "most chat messages per request")
+    request_timeout_s: float = _opt(600.0, "a request still unfinished after this long is aborted (504)")
     startup_timeout_s: float = _opt(600.0, "how long to wait for the model to load")

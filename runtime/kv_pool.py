@@ -86,6 +86,10 @@ class ReqToTokenPool:
         self.table = torch.zeros((num_rows, max_context), dtype=torch.int64)
         self._free = list(range(num_rows - 1, -1, -1))
         self.max_context = max_context
+        self.num_rows = num_rows
+
+    def free_rows(self) -> set[int]:
+        return set(self._free)
 
     def available(self) -> int:
         return len(self._free)

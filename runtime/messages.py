@@ -98,6 +98,7 @@ class SchedulerStats(msgspec.Struct, tag=True):
     cache_hit_rate: float
     retractions: int
     leak: str | None = None
+    rss_mb: float = 0.0  # the scheduler process's resident memory
 
 
 class FlushCacheResp(msgspec.Struct, tag=True):

@@ -48,6 +48,8 @@ def sampling_from(req: SamplingExtras, max_tokens: int | None, max_context: int)
 
 
 def chat_prompt(serving: Serving, req: ChatCompletionRequest, functions: dict[str, dict]) -> list[int]:
+    if len(req.messages) > serving.cfg.max_messages:
+        raise ApiError(400, f"at most {serving.cfg.max_messages} messages, got {len(req.messages)}", param="messages")
     messages = []
     if functions and req.tool_choice != "none":
         messages.append({"role": "system", "content": tools_system_prompt(functions)})

@@ -146,10 +146,15 @@ class Serving:
                 await queue.put((i, None))
 
         tasks = [asyncio.create_task(pump(i, r.rid)) for i, r in enumerate(reqs)]
+        deadline = time.monotonic() + self.cfg.request_timeout_s
         try:
             open_ = len(reqs)
             while open_:
-                i, item = await queue.get()
+                try:
+                    i, item = await asyncio.wait_for(queue.get(), max(deadline - time.monotonic(), 0.001))
+                except TimeoutError:
+                    raise ApiError(504, f"the request did not finish within {self.cfg.request_timeout_s:g} s",
+                                   err_type="timeout") from None
                 if item is None:
                     open_ -= 1
                 elif isinstance(item, RequestFailed):

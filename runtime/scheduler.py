@@ -49,6 +49,7 @@ class Scheduler:
         self.running: list[Req] = []
         self.chunked: Req | None = None
         self.pending_aborts: set[str] = set()
+        self.failures: dict[str, str] = {}  # rid -> why it must fail (the watchdog)
         self.init_ratio = min(1.0, 0.7 * config.schedule_conservativeness)
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0,
@@ -78,7 +79,8 @@ class Scheduler:
         self.pending_aborts.add(rid)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.chunked or self.pending_aborts or self.grammar_queue)
+        return bool(self.waiting or self.running or self.chunked or self.pending_aborts or self.grammar_queue
+                    or self.failures)
 
     def live_requests(self) -> list[Req]:
         """Requests holding KV: running, chunked, and waiting ones that keep their row (after jump-forward)."""
@@ -115,15 +117,23 @@ class Scheduler:
                 raise RuntimeError(f"KV leak: {self.cache.tree.protected_size} tokens still locked while idle")
 
     def _apply_aborts(self) -> list[StepOutput]:
+        failed = []
+        if self.failures:
+            failures, self.failures = self.failures, {}
+            for req in self.running + ([self.chunked] if self.chunked else []) + self.waiting:
+                if req.rid in failures and req.finished is None:
+                    req.finished = FinishReason("abort", message=failures[req.rid], status=503)
+                    self._release(req, insert=False)
+                    failed.append(StepOutput(req, [], True))
         if not self.pending_aborts:
-            return []
+            return failed
         prefixes, self.pending_aborts = tuple(self.pending_aborts), set()
         hit = [r for r in self.grammar_queue + self.waiting + self.running + ([self.chunked] if self.chunked else [])
                if r.rid.startswith(prefixes)]
         for req in hit:
             req.finished = FinishReason("abort", message="aborted by request")
             self._release(req, insert=req.row is not None)
-        return [StepOutput(r, [], True) for r in hit]
+        return failed + [StepOutput(r, [], True) for r in hit]
 
     # ------------------------------------------------------------ prefill
     def _budget(self) -> PrefillBudget:
@@ -148,6 +158,8 @@ class Scheduler:
         if not self.waiting and self.chunked is None:
             return []
         budget, entries = self._budget(), []
+        if self.chunked is None and (budget.rem_reqs <= 0 or budget.rem_total <= 0) and not self._urgent_waiting():
+            return []  # nothing can be admitted: skip ordering the queue (it costs a pass over every prompt)
         candidates = ([self.chunked] if self.chunked else []) + self._ordered_waiting()
         self._maybe_preempt(candidates, budget)
         for req in candidates:
@@ -177,6 +189,13 @@ class Scheduler:
                 self.chunked = None
         return entries
 
+    def _urgent_waiting(self) -> bool:
+        """A waiting request that may preempt running ones (priority beyond the threshold)."""
+        if not self.running:
+            return True
+        worst = max(r.priority for r in self.running)
+        return any(worst - r.priority > self.cfg.priority_preemption_threshold for r in self.waiting)
+
     def _logit_positions(self, req: Req, start: int, n: int) -> list[int]:
         end = start + n
         lp = req.logprob
@@ -189,7 +208,7 @@ class Scheduler:
         return positions
 
     def _run_prefill(self, entries: list[ExtendEntry]) -> list[StepOutput]:
-        logits = self.forward(make_extend_batch(entries))
+        logits = self._forward(make_extend_batch(entries), [e.req for e in entries])
         self.stats["prefill_steps"] += 1
         outputs, row = [], 0
         for e in entries:
@@ -210,6 +229,19 @@ class Scheduler:
             self.running.append(req)
             outputs += self._sample_and_finish([req], req_logits[-1:])
         return outputs
+
+    def _forward(self, batch: ForwardBatch, reqs: list[Req]) -> torch.Tensor:
+        """The forward pass, watched: a step over the watchdog limit is reported and its requests fail
+        (at the next step boundary) instead of the server silently stalling."""
+        start = time.monotonic()
+        logits = self.forward(batch)
+        took = time.monotonic() - start
+        if took > self.cfg.watchdog_timeout_s:
+            log.error("watchdog: a %s step of %d requests took %.2f s (limit %.2f s); failing them",
+                      batch.mode, len(reqs), took, self.cfg.watchdog_timeout_s)
+            for r in reqs:
+                self.failures[r.rid] = f"watchdog: a forward step took {took:.2f} s (limit {self.cfg.watchdog_timeout_s} s)"
+        return logits
 
     def _record_prompt_logprobs(self, req: Req, positions: list[int], logits: torch.Tensor) -> None:
         n = len(positions) - (1 if positions and positions[-1] == len(req.fill_ids) - 1 else 0)
@@ -272,7 +304,7 @@ class Scheduler:
         self.waiting.append(req)
 
     def _run_decode(self, reqs: list[Req], locs: list[torch.Tensor]) -> list[StepOutput]:
-        logits = self.forward(make_decode_batch(reqs, locs))
+        logits = self._forward(make_decode_batch(reqs, locs), reqs)
         self.stats["decode_steps"] += 1
         self.new_token_ratio = max(self.init_ratio * 0.14, self.new_token_ratio - self.init_ratio / 600)
         for r in reqs:

@@ -131,7 +131,15 @@ class SchedulerProcess:
         self.to_api.send(encode(SchedulerStats(
             running=len(self.sched.live_requests()), queued=len(self.sched.waiting), kv_used=used,
             kv_total=cache.alloc.capacity, cache_hit_rate=st["cached_tokens"] / max(st["prompt_tokens"], 1),
-            retractions=st["retractions"], leak=leak)))
+            retractions=st["retractions"], leak=leak, rss_mb=rss_mb())))
+
+
+def rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
 
 
 def run_scheduler(engine_kwargs: dict, paths: IpcPaths, parent_pid: int, log_level: str) -> None:
@@ -150,7 +158,8 @@ def run_scheduler(engine_kwargs: dict, paths: IpcPaths, parent_pid: int, log_lev
         time.sleep(0.2)
         return
     info = {"max_context": engine.runner.max_context, "kv_total": engine.cache.alloc.capacity,
-            "dtype": str(engine.dtype).removeprefix("torch."), "threads": torch.get_num_threads()}
+            "dtype": str(engine.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
+            "scheduler_pid": os.getpid()}
     ready.send(encode(Ready("scheduler", info=info)))
     try:
         proc.loop(parent_pid)

@@ -90,8 +90,10 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
 
     @app.get("/model_info")
     async def model_info():
+        tok = tm.tokenizer
         return {"model_path": server_info["model_path"], "served_model_name": serving.model_name,
-                "is_generation": True, "max_context": serving.max_context}
+                "is_generation": True, "max_context": serving.max_context, "chat_template": tok.chat_template,
+                "bos_token": tok.bos_token, "eos_token": tok.eos_token}
 
     @app.get("/server_info")
     async def info():

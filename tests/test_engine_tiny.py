@@ -136,3 +136,21 @@ def _lp():
     from radixlm.runtime.request import LogprobSettings
 
     return LogprobSettings()
+
+
+def test_watchdog_fails_slow_steps_without_hanging(tiny_model):
+    e = Engine.from_model(tiny_model, None, check_invariants=True, watchdog_timeout_s=0.0)
+    out = e.generate(input_ids=[prompt(6), prompt(9, 1)], sampling_params={"max_new_tokens": 20, "ignore_eos": True})
+    for o in out:
+        assert o["meta_info"]["finish_reason"]["type"] == "abort"
+        assert "watchdog" in o["meta_info"]["finish_reason"]["message"]
+    assert not e.scheduler.has_work()
+    e.check_invariants()
+
+
+def test_request_table_leak_is_named(engine):
+    engine.generate(input_ids=prompt(5), sampling_params={"max_new_tokens": 2})
+    row = engine.runner.req_to_token.alloc()  # a row nobody owns
+    with pytest.raises(RuntimeError, match="request-table leak"):
+        engine.check_invariants()
+    engine.runner.req_to_token.free(row)
