@@ -27,6 +27,8 @@ class OpenAI:
     def _messages(self, prompt: str) -> list[dict[str, str]]:
         parts = re.split(re.escape(SENTINEL), prompt)
         messages, i = [], 1
+        if parts[0].strip():  # text outside any role goes to the model as a user message
+            messages.append({"role": "user", "content": parts[0]})
         while i + 1 < len(parts):
             role, content = parts[i], parts[i + 1]
             if role in ("system", "user", "assistant"):

@@ -32,8 +32,8 @@ class StreamExecutor:
         self.role: tuple[str, int] | None = None  # current role and where its content starts
         self.chunks: queue.Queue = queue.Queue()  # streamed (var name, text delta); None ends
         self._q: queue.Queue = queue.Queue()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._pending = 0  # expressions submitted and not yet run (guarded by _lock)
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
@@ -42,7 +42,8 @@ class StreamExecutor:
         for e in flatten(expr):
             if isinstance(e, (Gen, Select)) and e.name:
                 self.events.setdefault(e.name, threading.Event()).clear()
-            self._idle.clear()
+            with self._lock:
+                self._pending += 1
             self._q.put(e)
 
     def end(self) -> None:
@@ -51,8 +52,12 @@ class StreamExecutor:
     def wait(self, done: Callable[[], bool]) -> None:
         self.backend.wait_until(done)
 
+    def idle(self) -> bool:
+        with self._lock:
+            return self._pending == 0
+
     def sync(self) -> None:
-        self.wait(self._idle.is_set)
+        self.wait(self.idle)
 
     def get(self, name: str) -> Any:
         if name not in self.events and name not in self.variables:
@@ -78,8 +83,9 @@ class StreamExecutor:
                 self.error = exc
                 for ev in self.events.values():
                     ev.set()
-            if self._q.empty():
-                self._idle.set()
+            finally:
+                with self._lock:
+                    self._pending -= 1
 
     def _run(self, e: Expr) -> None:
         if isinstance(e, Text):
