@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from radixlm.runtime import openai_api
 from radixlm.runtime.openai_protocol import ChatCompletionRequest, CompletionRequest, GenerateRequest
@@ -42,6 +43,11 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, e: ApiError):
         return error_response(e, {"Retry-After": "1"} if e.status == 503 else None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException):
+        return error_response(ApiError(e.status_code, str(e.detail), err_type="invalid_request_error"
+                                       if e.status_code < 500 else "server_error"))
 
     @app.exception_handler(RequestFailed)
     async def failed(_: Request, e: RequestFailed):
