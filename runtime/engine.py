@@ -20,7 +20,7 @@ from radixlm.runtime.detokenize import IncrementalText
 from radixlm.runtime.model_llama import LlamaForCausalLM
 from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.request import LogprobSettings, Req, SamplingParams
-from radixlm.runtime.scheduler import Scheduler, StepOutput
+from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.weights import load_model, open_model
 
 DEFAULT_DTYPE = torch.bfloat16  # README: 1.9x the float32 throughput on this CPU (AVX512-BF16 matmuls)
@@ -173,18 +173,23 @@ class Engine:
         text = IncrementalText(self._decode, req.params.stop, req.params.no_stop_trim)
         sent_ids = 0
         while True:
-            done = req.finished is not None
-            if not done:
+            if req.finished is None:
                 self.scheduler.step()
-                done = req.finished is not None
-            delta = text.delta(req.output_ids, done, req.finished.matched if done else None)
-            if delta or done or len(req.output_ids) > sent_ids:
-                chunk = self._result(req) if done else {"meta_info": {"id": req.rid}}
-                chunk.update(text=delta, output_ids=req.output_ids[sent_ids:])
-                sent_ids = len(req.output_ids)
+            chunk, sent_ids = self._next_chunk(req, text, sent_ids)
+            if chunk is not None:
                 yield chunk
-            if done:
+            if req.finished is not None:
                 return
+
+    def _next_chunk(self, req: Req, text: IncrementalText, sent_ids: int) -> tuple[dict[str, Any] | None, int]:
+        """The stream chunk to send now (None if nothing new is final yet) and the new count of ids sent."""
+        done = req.finished is not None
+        delta = text.delta(req.output_ids, done, req.finished.matched if done else None)
+        if not (delta or done or len(req.output_ids) > sent_ids):
+            return None, sent_ids
+        chunk = self._result(req) if done else {"meta_info": {"id": req.rid}}
+        chunk.update(text=delta, output_ids=req.output_ids[sent_ids:])
+        return chunk, len(req.output_ids)
 
     def chat(self, messages: list[dict[str, str]], sampling_params=None, **kwargs):
         return self.generate(input_ids=self.apply_chat_template(messages), sampling_params=sampling_params, **kwargs)
@@ -248,15 +253,11 @@ class Engine:
         sent_ids = 0
         try:
             while True:
-                out: StepOutput | None = await self._streams[req.rid].get()
-                done = req.finished is not None
-                delta = text.delta(req.output_ids, done, req.finished.matched if done else None)
-                if delta or done or (out and out.new_tokens):
-                    chunk = self._result(req) if done else {"meta_info": {"id": req.rid}}
-                    chunk.update(text=delta, output_ids=req.output_ids[sent_ids:])
-                    sent_ids = len(req.output_ids)
+                await self._streams[req.rid].get()
+                chunk, sent_ids = self._next_chunk(req, text, sent_ids)
+                if chunk is not None:
                     yield chunk
-                if done:
+                if req.finished is not None:
                     return
         finally:
             if req.finished is None:
