@@ -218,8 +218,8 @@ class Scheduler:
             req.kv_len += e.n
             if req.logprob.return_logprob and not req.output_ids:
                 self._record_prompt_logprobs(req, e.logit_positions, req_logits)
+            self.cache.cache_unfinished(req)  # shareable now, by requests admitted while this one decodes
             if req.kv_len < len(req.fill_ids):
-                self.cache.cache_unfinished(req)
                 continue
             if req.params.max_new_tokens == 0:
                 req.finished = FinishReason("length", matched=None)
