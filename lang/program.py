@@ -11,7 +11,7 @@ from typing import Any
 
 from radixlm.lang.backend import Backend
 from radixlm.lang.ir import Gen, RoleBegin, RoleEnd, Select, Text, as_expr, flatten
-from radixlm.lang.state import ProgramState, StreamExecutor, _RoleScope
+from radixlm.lang.state import ProgramState, RoleMethods, StreamExecutor
 
 
 class Defaults:
@@ -120,7 +120,7 @@ class _StopTrace(Exception):
     pass
 
 
-class _Tracer:
+class _Tracer(RoleMethods):
     """A state stand-in that records constant text and stops at the first dynamic part."""
 
     def __init__(self, backend: Backend) -> None:
@@ -144,15 +144,6 @@ class _Tracer:
 
     def __getitem__(self, name: str) -> Any:
         raise _StopTrace
-
-    def system(self, expr: Any = None) -> _RoleScope:
-        return _RoleScope(self, "system", expr)
-
-    def user(self, expr: Any = None) -> _RoleScope:
-        return _RoleScope(self, "user", expr)
-
-    def assistant(self, expr: Any = None) -> _RoleScope:
-        return _RoleScope(self, "assistant", expr)
 
     def __getattr__(self, name: str) -> Any:
         raise _StopTrace

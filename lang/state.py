@@ -144,7 +144,20 @@ class StreamExecutor:
             self.events.setdefault(name, threading.Event()).set()
 
 
-class ProgramState:
+class RoleMethods:
+    """Roles in context-manager form (``with s.user(): s += "..."``) for anything supporting ``+=``."""
+
+    def system(self, expr: Any = None) -> _RoleScope:
+        return _RoleScope(self, "system", expr)
+
+    def user(self, expr: Any = None) -> _RoleScope:
+        return _RoleScope(self, "user", expr)
+
+    def assistant(self, expr: Any = None) -> _RoleScope:
+        return _RoleScope(self, "assistant", expr)
+
+
+class ProgramState(RoleMethods):
     """What a program function receives as ``s`` (and what ``run`` returns)."""
 
     def __init__(self, executor: StreamExecutor) -> None:
@@ -186,16 +199,6 @@ class ProgramState:
 
     def var_scope(self, name: str) -> _VarScope:
         return _VarScope(self, name)
-
-    # roles, context-manager form: with s.user(): s += "..."
-    def system(self, expr: Any = None) -> _RoleScope:
-        return _RoleScope(self, "system", expr)
-
-    def user(self, expr: Any = None) -> _RoleScope:
-        return _RoleScope(self, "user", expr)
-
-    def assistant(self, expr: Any = None) -> _RoleScope:
-        return _RoleScope(self, "assistant", expr)
 
     # forking
     def fork(self, size: int = 1) -> ProgramStateGroup:
