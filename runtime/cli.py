@@ -9,7 +9,7 @@ import sys
 import types
 import typing
 
-from radixlm.runtime.config import EngineConfig, ServerConfig
+from radixlm.runtime.config import EngineConfig, ParallelConfig, RouterConfig, ServerConfig
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config_cls: type) -> None:
@@ -49,16 +49,45 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible and native HTTP API")
     add_config_flags(serve, EngineConfig)
     add_config_flags(serve, ServerConfig)
+    add_config_flags(serve, ParallelConfig)
+    add_config_flags(serve, RouterConfig)
+    router = sub.add_parser("router", help="route requests over running radixlm (or OpenAI-compatible) servers")
+    router.add_argument("--worker-urls", nargs="+", required=True, help="base URLs of the servers")
+    router.add_argument("--host", default="127.0.0.1", help="address to bind")
+    router.add_argument("--port", type=int, default=30000, help="HTTP port")
+    add_config_flags(router, RouterConfig)
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
-            from radixlm.runtime.launch import launch_server
-
-            return launch_server(config_from_args(args, EngineConfig), config_from_args(args, ServerConfig))
+            return _serve(args)
+        if args.command == "router":
+            return _router(args)
         return _generate(args)
     except ValueError as e:
         print(f"radixlm: error: {e}", file=sys.stderr)
         return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    engine, server = config_from_args(args, EngineConfig), config_from_args(args, ServerConfig)
+    parallel = config_from_args(args, ParallelConfig)
+    if parallel.dp_size > 1:
+        from radixlm.runtime.dp_launch import launch_dp
+
+        return launch_dp(engine, server, parallel, config_from_args(args, RouterConfig))
+    from radixlm.runtime.launch import launch_server
+
+    return launch_server(engine, server, parallel)
+
+
+def _router(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from radixlm.runtime.launch import http_server, serve_until_signal
+    from radixlm.runtime.router import create_router_app
+
+    app = create_router_app(args.worker_urls, config_from_args(args, RouterConfig))
+    return 0 if asyncio.run(serve_until_signal(http_server(app, args.host, args.port, "info"))) else 1
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 DTYPES = ("auto", "float32", "bfloat16")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
+ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 
 
 def _opt(default, help_text: str, **extra):
@@ -63,9 +64,10 @@ class EngineConfig:
     grammar_timeout_s: float = _opt(60.0, "a grammar that takes longer to compile fails its request")
     jump_forward: bool = _opt(True, "append grammar-forced text in one step instead of token by token")
     watchdog_timeout_s: float = _opt(300.0, "a forward step slower than this is reported and its requests fail")
+    tp_size: int = _opt(1, "tensor-parallel ranks (one scheduler process each; gloo on the CPU, NCCL on GPUs)")
 
     def __post_init__(self) -> None:
-        positive = ("page_size", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests")
+        positive = ("page_size", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "tp_size")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -98,3 +100,41 @@ class ServerConfig:
     max_messages: int = _opt(1024, "most chat messages per request")
     request_timeout_s: float = _opt(600.0, "a request still unfinished after this long is aborted (504)")
     startup_timeout_s: float = _opt(600.0, "how long to wait for the model to load")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Where the tensor-parallel ranks meet, and how many data-parallel replicas to run."""
+
+    dp_size: int = _opt(1, "data-parallel replicas, each with its own radix cache, behind a cache-aware router")
+    dist_init_addr: str | None = _opt(None, "host:port where TP ranks meet; default: a free port on 127.0.0.1")
+    nnodes: int = _opt(1, "machines the TP group spans")
+    node_rank: int = _opt(0, "this machine's index among --nnodes (0 serves HTTP)")
+
+    def __post_init__(self) -> None:
+        if self.dp_size < 1 or self.nnodes < 1:
+            raise ValueError(f"dp_size and nnodes must be >= 1, got {self.dp_size} and {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank must be in [0, {self.nnodes}), got {self.node_rank}")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs --dist-init-addr host:port (reachable from every node)")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """The data-parallel router: which replica gets each request."""
+
+    router_policy: str = _opt("cache_aware", "how requests are spread over replicas", choices=ROUTER_POLICIES)
+    cache_threshold: float = _opt(0.5, "cache_aware: below this matched fraction, go to the least-loaded replica")
+    balance_abs_threshold: int = _opt(8, "cache_aware: imbalanced when max - min in-flight exceeds this ...")
+    balance_rel_threshold: float = _opt(1.5, "... and max in-flight exceeds this times the min")
+    max_tree_chars: int = _opt(2**22, "cache_aware: characters remembered per replica (LRU beyond)")
+    health_check_interval_s: float = _opt(1.0, "how often the router probes each replica's /health")
+
+    def __post_init__(self) -> None:
+        if self.router_policy not in ROUTER_POLICIES:
+            raise ValueError(f"router_policy must be one of {ROUTER_POLICIES}, got {self.router_policy!r}")
+        if not 0.0 <= self.cache_threshold <= 1.0:
+            raise ValueError(f"cache_threshold must be in [0, 1], got {self.cache_threshold}")
+        if self.max_tree_chars < 1 or self.balance_abs_threshold < 0 or self.balance_rel_threshold < 1.0:
+            raise ValueError("max_tree_chars must be >= 1, balance_abs_threshold >= 0, balance_rel_threshold >= 1")

@@ -17,6 +17,8 @@ from radixlm.radix_cache import RadixCache
 from radixlm.runtime.cache_manager import KVCacheManager
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.detokenize import IncrementalText
+from radixlm.runtime.distributed import PlanBroadcaster
+from radixlm.runtime.layers import TPInfo
 from radixlm.runtime.model_llama import LlamaForCausalLM
 from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.request import LogprobSettings, Req, SamplingParams
@@ -30,6 +32,11 @@ def resolve_dtype(name: str) -> torch.dtype:
     return {"auto": DEFAULT_DTYPE, "float32": torch.float32, "bfloat16": torch.bfloat16}[name]
 
 
+def thread_budget(cfg: EngineConfig) -> int:
+    """torch threads for this process: the cores shared among the TP ranks on this machine."""
+    return cfg.num_threads or max(1, (os.cpu_count() or 1) // cfg.tp_size)
+
+
 def make_config(model: str | None, overrides: dict[str, Any]) -> EngineConfig:
     known = {f.name for f in dataclasses.fields(EngineConfig)}
     unknown = sorted(set(overrides) - known)
@@ -41,12 +48,15 @@ def make_config(model: str | None, overrides: dict[str, Any]) -> EngineConfig:
 class Engine:
     """``Engine(model=None, **config)``: the embedded SmolLM2 unless a GGUF file or HF folder is given."""
 
-    def __init__(self, model: str | None = None, *, progress: bool = True, **config: Any) -> None:
+    def __init__(self, model: str | None = None, *, progress: bool = True, tp_group=None, **config: Any) -> None:
         cfg = make_config(model, config)
-        torch.set_num_threads(cfg.num_threads or os.cpu_count() or 1)
+        if cfg.tp_size > 1 and tp_group is None:
+            raise ValueError("tp_size > 1 runs in the server (radixlm serve --tp-size N), not in-process")
+        torch.set_num_threads(thread_budget(cfg))
         files = open_model(cfg.model)
         dtype = resolve_dtype(cfg.dtype)
-        self._setup(cfg, load_model(files, dtype, progress=progress), files.load_tokenizer(), dtype)
+        model_ = load_model(files, dtype, TPInfo(0, cfg.tp_size), progress=progress)
+        self._setup(cfg, model_, files.load_tokenizer(), dtype, tp_group)
 
     @classmethod
     def from_model(cls, model: LlamaForCausalLM, tokenizer=None, **config: Any) -> Engine:
@@ -56,9 +66,12 @@ class Engine:
         self._setup(cfg, model, tokenizer, next(model.parameters()).dtype)
         return self
 
-    def _setup(self, cfg: EngineConfig, model: LlamaForCausalLM, tokenizer, dtype: torch.dtype) -> None:
+    def _setup(self, cfg: EngineConfig, model: LlamaForCausalLM, tokenizer, dtype: torch.dtype,
+               tp_group=None) -> None:
         self.config, self.model, self.tokenizer, self.dtype = cfg, model, tokenizer, dtype
         self.runner = ModelRunner(model, cfg, dtype)
+        if tp_group is not None:  # rank 0 of a TP group: every forward is broadcast to the other ranks first
+            self.runner.plan_sink = PlanBroadcaster(self.runner.req_to_token.table, tp_group)
         tree = None if cfg.disable_radix_cache else RadixCache(cfg.page_size, cfg.eviction_policy)
         self.cache = KVCacheManager(self.runner.allocator, self.runner.req_to_token, tree)
         self._grammars: GrammarCache | None = None

@@ -10,12 +10,13 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import time
 
 import uvicorn
 import zmq
 
-from radixlm.runtime.config import EngineConfig, ServerConfig
+from radixlm.runtime.config import EngineConfig, ParallelConfig, ServerConfig
 from radixlm.runtime.detokenizer_proc import run_detokenizer
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import Ready, Shutdown, decoder, encode
@@ -24,6 +25,7 @@ from radixlm.runtime.openai_serving import Serving
 from radixlm.runtime.scheduler_proc import run_scheduler
 from radixlm.runtime.server import create_app
 from radixlm.runtime.tokenizer_manager import TokenizerManager
+from radixlm.runtime.tp_worker import run_tp_worker, tp_process_name
 from radixlm.runtime.weights import open_model
 
 log = logging.getLogger("radixlm")
@@ -34,21 +36,25 @@ class StartupError(RuntimeError):
     pass
 
 
-def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
+def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig,
+                  parallel: ParallelConfig | None = None) -> int:
     """Run the server until SIGINT/SIGTERM or a child's death; returns the process exit code."""
     logging.basicConfig(level=server_cfg.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    parallel = parallel or ParallelConfig()
+    if parallel.node_rank > 0:
+        return run_tp_node(engine_cfg, parallel, server_cfg.log_level)
     paths = IpcPaths.create()
     ctx = zmq.Context()
     procs: list[multiprocessing.Process] = []
     try:
         ready = pull(ctx, paths.ready)
-        procs = _spawn(engine_cfg, server_cfg, paths)
+        procs = _spawn(engine_cfg, server_cfg, parallel, paths)
         files = open_model(engine_cfg.model)
         tokenizer = files.load_tokenizer()
         if server_cfg.chat_template:
             with open(server_cfg.chat_template) as f:
                 tokenizer.chat_template = f.read()
-        info = _wait_ready(ready, procs, server_cfg.startup_timeout_s)
+        info = _wait_ready(ready, procs, server_cfg.startup_timeout_s, _handshakes(engine_cfg, parallel))
         name = server_cfg.served_model_name or os.path.basename(files.path if hasattr(files, "path") else files.folder)
         return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name))
     except (StartupError, ValueError, OSError) as e:
@@ -58,21 +64,55 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         _stop(ctx, paths, procs)
 
 
-def _spawn(engine_cfg: EngineConfig, server_cfg: ServerConfig, paths: IpcPaths) -> list[multiprocessing.Process]:
+def _spawn(engine_cfg: EngineConfig, server_cfg: ServerConfig, parallel: ParallelConfig,
+           paths: IpcPaths) -> list[multiprocessing.Process]:
     mp = multiprocessing.get_context("spawn")
-    me, level = os.getpid(), server_cfg.log_level
+    me, level, kwargs = os.getpid(), server_cfg.log_level, dataclasses.asdict(engine_cfg)
+    tp_addr = parallel.dist_init_addr or f"127.0.0.1:{free_port()}"
     procs = [
-        mp.Process(target=run_scheduler, args=(dataclasses.asdict(engine_cfg), paths, me, level),
-                   name="radixlm-scheduler"),
+        mp.Process(target=run_scheduler, args=(kwargs, paths, me, level, tp_addr), name="radixlm-scheduler"),
         mp.Process(target=run_detokenizer, args=(engine_cfg.model, paths, me, level), name="radixlm-detokenizer"),
     ]
+    procs += [mp.Process(target=run_tp_worker, args=(kwargs, rank, tp_addr, paths, level),
+                         name=f"radixlm-{tp_process_name(rank)}") for rank in _local_ranks(engine_cfg, parallel)[1:]]
     for p in procs:
         p.start()
     return procs
 
 
-def _wait_ready(sock: zmq.Socket, procs: list[multiprocessing.Process], timeout: float) -> dict:
-    dec, info, pending = decoder(Ready), {}, {"scheduler", "detokenizer"}
+def _local_ranks(engine_cfg: EngineConfig, parallel: ParallelConfig) -> list[int]:
+    """The TP ranks this machine runs: an equal share of tp_size per node, node 0 holding rank 0."""
+    if engine_cfg.tp_size % parallel.nnodes:
+        raise ValueError(f"tp_size {engine_cfg.tp_size} must be a multiple of nnodes {parallel.nnodes}")
+    per = engine_cfg.tp_size // parallel.nnodes
+    return list(range(parallel.node_rank * per, (parallel.node_rank + 1) * per))
+
+
+def _handshakes(engine_cfg: EngineConfig, parallel: ParallelConfig) -> set[str]:
+    return {"scheduler", "detokenizer", *(tp_process_name(r) for r in _local_ranks(engine_cfg, parallel)[1:])}
+
+
+def run_tp_node(engine_cfg: EngineConfig, parallel: ParallelConfig, log_level: str) -> int:
+    """A node other than 0 of a multi-node TP group: run its ranks until they exit (rank 0 serves HTTP)."""
+    mp = multiprocessing.get_context("spawn")
+    kwargs = dataclasses.asdict(engine_cfg)
+    procs = [mp.Process(target=run_tp_worker, args=(kwargs, rank, parallel.dist_init_addr, None, log_level),
+                        name=f"radixlm-{tp_process_name(rank)}") for rank in _local_ranks(engine_cfg, parallel)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return max(p.exitcode or 0 for p in procs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(sock: zmq.Socket, procs: list[multiprocessing.Process], timeout: float, pending: set[str]) -> dict:
+    dec, info = decoder(Ready), {}
     deadline = time.monotonic() + timeout
     while pending:
         if time.monotonic() > deadline:
@@ -82,7 +122,8 @@ def _wait_ready(sock: zmq.Socket, procs: list[multiprocessing.Process], timeout:
             if msg.error:
                 raise StartupError(f"{msg.process} process: {msg.error}")
             pending.discard(msg.process)
-            info.update(msg.info)
+            for key, value in msg.info.items():  # dict values (per-rank pids) merge across processes
+                info[key] = {**info[key], **value} if isinstance(value, dict) and key in info else value
             continue
         for p in procs:
             if not p.is_alive():
@@ -94,19 +135,11 @@ async def _serve(engine_cfg, server_cfg, paths, procs, tokenizer, info: dict, na
     metrics = Metrics(name)
     tm = TokenizerManager(tokenizer, paths, metrics)
     serving = Serving(tm, server_cfg, info["max_context"], name)
-    server_info = {"model_path": engine_cfg.model or "default (SmolLM2-135M-Instruct)", **info,
+    server_info = {"model_path": engine_cfg.model or "default (SmolLM2-135M-Instruct)", **info, "api_pid": os.getpid(),
                    "engine": dataclasses.asdict(engine_cfg),
                    "server": {k: v for k, v in dataclasses.asdict(server_cfg).items() if k != "api_key"}}
-    app = create_app(serving, server_info)
-    server = uvicorn.Server(uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
-                                           log_level=server_cfg.log_level, access_log=False,
-                                           timeout_graceful_shutdown=5))
-    # our own SIGINT/SIGTERM handling: uvicorn's re-raises the signal after shutdown, which would kill this
-    # process before it stops its children and removes the socket folder
-    server.capture_signals = contextlib.nullcontext
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    server = http_server(create_app(serving, server_info), server_cfg.host, server_cfg.port, server_cfg.log_level)
+    stop_on_signals(server)
     tm.start()
     exit_code = 0
 
@@ -133,6 +166,29 @@ async def _serve(engine_cfg, server_cfg, paths, procs, tokenizer, info: dict, na
     watcher.cancel()
     hello.cancel()
     return exit_code if server.started else 1
+
+
+def http_server(app, host: str, port: int, log_level: str) -> uvicorn.Server:
+    """A uvicorn server that leaves SIGINT/SIGTERM to us: uvicorn's handler re-raises the signal after
+    shutdown, which would kill this process before it stops its children (see ``stop_on_signals``)."""
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                           timeout_graceful_shutdown=5))
+    server.capture_signals = contextlib.nullcontext
+    return server
+
+
+def stop_on_signals(server: uvicorn.Server) -> None:
+    """Call inside the running event loop: SIGINT/SIGTERM ask the server to exit gracefully."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+
+
+async def serve_until_signal(server: uvicorn.Server) -> bool:
+    """Serve until SIGINT/SIGTERM; -> whether the server had started."""
+    stop_on_signals(server)
+    await server.serve()
+    return bool(server.started)
 
 
 def _stop(ctx: zmq.Context, paths: IpcPaths, procs: list[multiprocessing.Process]) -> None:

@@ -15,10 +15,49 @@ from torch import nn
 
 @dataclass(frozen=True)
 class TPInfo:
-    """This rank's place in the tensor-parallel group (world size 1 until the TP issue lands)."""
+    """This rank's place in the tensor-parallel group."""
 
     rank: int = 0
     size: int = 1
+
+
+def split_range(n: int, rank: int, size: int) -> tuple[int, int]:
+    """Balanced contiguous split of range(n) over ``size`` ranks -> (start, count) of ``rank``'s part."""
+    base, extra = divmod(n, size)
+    return rank * base + min(rank, extra), base + (1 if rank < extra else 0)
+
+
+@dataclass(frozen=True)
+class HeadShard:
+    """The query and KV heads one rank holds: [q_start, q_start + q_count), [kv_start, kv_start + kv_count).
+
+    Invariant: every query head sits on the rank that holds its KV head (grouped-query attention stays
+    local). With at least as many KV heads as ranks, KV heads are split (unevenly if they must: SmolLM2's
+    3 KV heads over 2 ranks give 2 + 1) and query heads follow their group; with fewer, each KV head is
+    replicated on ``size / num_kv_heads`` ranks that split its query group.
+    """
+
+    q_start: int
+    q_count: int
+    kv_start: int
+    kv_count: int
+
+    @classmethod
+    def of(cls, num_heads: int, num_kv_heads: int, tp: TPInfo) -> HeadShard:
+        group = num_heads // num_kv_heads
+        if num_kv_heads >= tp.size:
+            kv_start, kv_count = split_range(num_kv_heads, tp.rank, tp.size)
+            return cls(kv_start * group, kv_count * group, kv_start, kv_count)
+        rep = tp.size // num_kv_heads
+        if tp.size % num_kv_heads or group % rep:
+            raise ValueError(f"tp_size {tp.size} cannot split {num_heads} query / {num_kv_heads} KV heads")
+        kv = tp.rank // rep
+        return cls(kv * group + (tp.rank % rep) * (group // rep), group // rep, kv, 1)
+
+    @staticmethod
+    def max_kv_heads(num_heads: int, num_kv_heads: int, size: int) -> int:
+        """Most KV heads on any rank: every rank sizes its KV pool by it, so slot indices agree."""
+        return max(HeadShard.of(num_heads, num_kv_heads, TPInfo(r, size)).kv_count for r in range(size))
 
 
 class RMSNorm(nn.Module):
@@ -39,43 +78,41 @@ class RMSNorm(nn.Module):
 class ColumnParallelLinear(nn.Module):
     """y = x W^T with W's rows (outputs) split across ranks.
 
-    ``out_sizes`` lists the logical sub-matrices stacked in W (q, k, v or gate, up); each is split on its own,
-    so ``load(shard, w)`` places a full HF tensor's slice for this rank. ``replicas`` handles KV heads when
-    there are fewer of them than ranks (each head is then held by several ranks).
+    W stacks logical sub-matrices (q, k, v or gate, up); ``parts[i] = (start, rows)`` is the slice of
+    sub-matrix i this rank holds, so ``load(i, name, w)`` copies it out of a full HF tensor.
     """
 
-    def __init__(self, in_features: int, out_sizes: list[int], bias: bool, tp: TPInfo,
-                 replicas: list[int] | None = None) -> None:
+    def __init__(self, in_features: int, parts: list[tuple[int, int]], bias: bool) -> None:
         super().__init__()
-        self.tp = tp
-        self.replicas = replicas or [1] * len(out_sizes)
-        self.full_sizes = out_sizes
-        self.local_sizes = [s * r // tp.size for s, r in zip(out_sizes, self.replicas, strict=True)]
-        self.weight = nn.Parameter(torch.empty(sum(self.local_sizes), in_features), requires_grad=False)
-        self.bias = nn.Parameter(torch.zeros(sum(self.local_sizes)), requires_grad=False) if bias else None
+        self.parts = parts
+        rows = sum(n for _, n in parts)
+        self.weight = nn.Parameter(torch.empty(rows, in_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(rows), requires_grad=False) if bias else None
+
+    @classmethod
+    def even(cls, in_features: int, out_sizes: list[int], bias: bool, tp: TPInfo) -> ColumnParallelLinear:
+        return cls(in_features, [split_range(s, tp.rank, tp.size) for s in out_sizes], bias)
 
     def load(self, shard: int, name: str, w: torch.Tensor) -> None:
-        size, rep = self.local_sizes[shard], self.replicas[shard]
-        part = (self.tp.rank // rep) * size
+        start, size = self.parts[shard]
         target = self.weight if name == "weight" else self.bias
-        start = sum(self.local_sizes[:shard])
-        target.data[start:start + size].copy_(w[part:part + size])
+        offset = sum(n for _, n in self.parts[:shard])
+        target.data[offset:offset + size].copy_(w[start:start + size])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):
-    """y = x W^T with W's columns (inputs) split across ranks, followed by an all-reduce."""
+    """y = x W^T with W's columns (inputs) [start, start + count) on this rank, followed by an all-reduce."""
 
-    def __init__(self, in_features: int, out_features: int, tp: TPInfo) -> None:
+    def __init__(self, part: tuple[int, int], out_features: int, tp: TPInfo) -> None:
         super().__init__()
-        self.tp = tp
-        self.weight = nn.Parameter(torch.empty(out_features, in_features // tp.size), requires_grad=False)
+        self.tp, self.start = tp, part[0]
+        self.weight = nn.Parameter(torch.empty(out_features, part[1]), requires_grad=False)
 
     def load(self, shard: int, name: str, w: torch.Tensor) -> None:
-        n = self.weight.shape[1]
-        self.weight.data.copy_(w[:, self.tp.rank * n:(self.tp.rank + 1) * n])
+        self.weight.data.copy_(w[:, self.start:self.start + self.weight.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight)

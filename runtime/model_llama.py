@@ -14,11 +14,13 @@ from torch import nn
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.layers import (
     ColumnParallelLinear,
+    HeadShard,
     RMSNorm,
     RotaryEmbedding,
     RowParallelLinear,
     TPInfo,
     VocabParallelEmbedding,
+    split_range,
 )
 
 # HF weight name fragment -> (our module fragment, shard index within a stacked weight)
@@ -30,15 +32,12 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPInfo) -> None:
         super().__init__()
         self.layer_id = layer_id
-        self.head_dim = cfg.head_dim
-        self.num_heads = cfg.num_heads // tp.size
-        kv_replicas = max(1, tp.size // cfg.num_kv_heads)  # KV heads shared by ranks when fewer than ranks
-        self.num_kv_heads = max(1, cfg.num_kv_heads // tp.size)
-        d = cfg.head_dim
-        self.qkv_proj = ColumnParallelLinear(
-            cfg.hidden_size, [cfg.num_heads * d, cfg.num_kv_heads * d, cfg.num_kv_heads * d], cfg.qkv_bias, tp,
-            replicas=[1, kv_replicas, kv_replicas])
-        self.o_proj = RowParallelLinear(cfg.num_heads * d, cfg.hidden_size, tp)
+        self.head_dim = d = cfg.head_dim
+        heads = HeadShard.of(cfg.num_heads, cfg.num_kv_heads, tp)
+        self.num_heads, self.num_kv_heads = heads.q_count, heads.kv_count
+        q_part, kv_part = (heads.q_start * d, heads.q_count * d), (heads.kv_start * d, heads.kv_count * d)
+        self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, [q_part, kv_part, kv_part], cfg.qkv_bias)
+        self.o_proj = RowParallelLinear(q_part, cfg.hidden_size, tp)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding, batch) -> torch.Tensor:
         qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]
@@ -55,8 +54,8 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, tp: TPInfo) -> None:
         super().__init__()
-        self.gate_up_proj = ColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2, False, tp)
-        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, tp)
+        self.gate_up_proj = ColumnParallelLinear.even(cfg.hidden_size, [cfg.intermediate_size] * 2, False, tp)
+        self.down_proj = RowParallelLinear(split_range(cfg.intermediate_size, tp.rank, tp.size), cfg.hidden_size, tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -85,8 +84,9 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig, tp: TPInfo | None = None) -> None:
         super().__init__()
         tp = tp or TPInfo()
-        if cfg.num_heads % tp.size:
-            raise ValueError(f"tp_size {tp.size} must divide num_heads {cfg.num_heads}")
+        if tp.size > cfg.num_heads:
+            raise ValueError(f"tp_size {tp.size} exceeds the number of attention heads ({cfg.num_heads})")
+        HeadShard.of(cfg.num_heads, cfg.num_kv_heads, tp)  # raises on a split that cannot keep groups local
         self.cfg, self.tp = cfg, tp
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))

@@ -8,19 +8,23 @@ from radixlm.runtime.attention import TorchAttentionBackend
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.kv_pool import KVPool, PageAllocator, ReqToTokenPool
+from radixlm.runtime.layers import HeadShard
 from radixlm.runtime.model_llama import LlamaForCausalLM
 
 
 class ModelRunner:
+    """``plan_sink`` (set by the engine on rank 0 of a TP group) broadcasts each batch to the other ranks."""
+
     def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
-        self.model = model
+        self.model, self.plan_sink = model, None
         cfg = model.cfg
         self.max_context = min(config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
         kv_heads = model.layers[0].self_attn.num_kv_heads if cfg.num_layers else cfg.num_kv_heads
         page = config.page_size
         tokens = config.max_total_tokens
-        if tokens is None:
-            tokens = int(config.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, kv_heads))
+        if tokens is None:  # the same on every TP rank: sized by the rank with the most KV heads
+            widest = HeadShard.max_kv_heads(cfg.num_heads, cfg.num_kv_heads, model.tp.size)
+            tokens = int(config.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, widest))
         num_pages = tokens // page + 1  # + the reserved page 0
         self.allocator = PageAllocator(num_pages, page)
         self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads)
@@ -30,6 +34,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """-> logits [len(batch.logit_rows), vocab] float32."""
+        if self.plan_sink is not None:
+            self.plan_sink.send(batch)
         batch.attn_backend = self.backend
         self.backend.prepare(batch)
         return self.model(batch)

@@ -142,8 +142,9 @@ def rss_mb() -> float:
         return 0.0
 
 
-def run_scheduler(engine_kwargs: dict, paths: IpcPaths, parent_pid: int, log_level: str) -> None:
-    """Entry point of the scheduler process (spawned)."""
+def run_scheduler(engine_kwargs: dict, paths: IpcPaths, parent_pid: int, log_level: str,
+                  tp_addr: str | None = None) -> None:
+    """Entry point of the scheduler process (spawned); with tp_size > 1 it is rank 0 of the TP group."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     die_with_parent()
     ctx = zmq.Context()
@@ -151,7 +152,12 @@ def run_scheduler(engine_kwargs: dict, paths: IpcPaths, parent_pid: int, log_lev
     try:
         from radixlm.runtime.engine import Engine
 
-        engine = Engine(**engine_kwargs, progress=False)
+        group = None
+        if engine_kwargs.get("tp_size", 1) > 1:
+            from radixlm.runtime.distributed import init_tp_group
+
+            group = init_tp_group(tp_addr, 0, engine_kwargs["tp_size"])
+        engine = Engine(**engine_kwargs, progress=False, tp_group=group)
         proc = SchedulerProcess(engine, paths, ctx)
     except Exception as e:  # startup failure: report the real reason to the launcher
         ready.send(encode(Ready("scheduler", error=f"{type(e).__name__}: {e}")))
@@ -165,3 +171,5 @@ def run_scheduler(engine_kwargs: dict, paths: IpcPaths, parent_pid: int, log_lev
         proc.loop(parent_pid)
     except KeyboardInterrupt:
         pass
+    if engine.runner.plan_sink is not None:  # a clean stop: let the other ranks exit too
+        engine.runner.plan_sink.close()

@@ -1,0 +1,57 @@
+"""A tensor-parallel rank other than 0: load this rank's shard, then replay rank 0's batch plans."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import torch
+import zmq
+
+from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.distributed import follow, init_tp_group
+from radixlm.runtime.engine import resolve_dtype, thread_budget
+from radixlm.runtime.ipc import IpcPaths, push
+from radixlm.runtime.layers import TPInfo
+from radixlm.runtime.messages import Ready, encode
+from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.proc_utils import die_with_parent
+from radixlm.runtime.weights import load_model, open_model
+
+log = logging.getLogger("radixlm.tp")
+
+
+def tp_process_name(rank: int) -> str:
+    return f"tp-rank-{rank}"
+
+
+def run_tp_worker(engine_kwargs: dict, rank: int, tp_addr: str, paths: IpcPaths | None, log_level: str) -> None:
+    """Entry point of a follower rank (spawned). ``paths`` is None on a node other than 0 (no handshake)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    die_with_parent()
+    ctx = zmq.Context()
+    ready = push(ctx, paths.ready) if paths is not None else None
+    name = tp_process_name(rank)
+    try:
+        cfg = EngineConfig(**engine_kwargs)
+        torch.set_num_threads(thread_budget(cfg))
+        group = init_tp_group(tp_addr, rank, cfg.tp_size)
+        dtype = resolve_dtype(cfg.dtype)
+        runner = ModelRunner(load_model(open_model(cfg.model), dtype, TPInfo(rank, cfg.tp_size), progress=False),
+                             cfg, dtype)
+    except Exception as e:  # startup failure: report it, like the scheduler does
+        if ready is not None:
+            ready.send(encode(Ready(name, error=f"{type(e).__name__}: {e}")))
+        log.error("%s failed to start: %s", name, e)
+        sys.exit(1)
+    if ready is not None:
+        ready.send(encode(Ready(name, info={"tp_rank_pids": {rank: os.getpid()}})))
+    try:
+        steps = follow(runner, group)
+    except KeyboardInterrupt:
+        return
+    except Exception as e:  # a peer died: the collective fails; exiting non-zero takes the server down
+        log.error("%s: the tensor-parallel group failed (%s); exiting", name, e)
+        sys.exit(1)
+    log.info("%s: rank 0 stopped after %d steps", name, steps)
