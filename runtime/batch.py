@@ -24,6 +24,7 @@ class ForwardBatch:
     seq_lens: list[int]  # [B] KV length after this step (prefix + new)
     extend_lens: list[int]  # [B] new tokens per request
     logit_rows: torch.Tensor  # [R] int64 indices into T
+    num_layers: int | None = None  # run only the first layers (self-speculative drafts); None: all
     attn_backend: Any = None
     attn_meta: Any = field(default=None, repr=False)
 
@@ -62,6 +63,21 @@ def make_extend_batch(entries: list[ExtendEntry]) -> ForwardBatch:
         seq_lens=[e.start + e.n for e in entries],
         extend_lens=[e.n for e in entries],
         logit_rows=torch.tensor(rows, dtype=torch.int64),
+    )
+
+
+def make_verify_batch(reqs: list, drafts: list[list[int]], locs: list[torch.Tensor]) -> ForwardBatch:
+    """Speculative verify: each request feeds its last token and its draft; every position gets logits."""
+    ids = [t for r, d in zip(reqs, drafts, strict=True) for t in (r.output_ids[-1], *d)]
+    return ForwardBatch(
+        mode="extend",
+        input_ids=torch.tensor(ids, dtype=torch.int64),
+        positions=torch.cat([torch.arange(r.kv_len, r.kv_len + 1 + len(d)) for r, d in zip(reqs, drafts, strict=True)]),
+        out_cache_loc=torch.cat([loc[: 1 + len(d)] for loc, d in zip(locs, drafts, strict=True)]),
+        req_rows=torch.tensor([r.row for r in reqs], dtype=torch.int64),
+        seq_lens=[r.kv_len + 1 + len(d) for r, d in zip(reqs, drafts, strict=True)],
+        extend_lens=[1 + len(d) for d in drafts],
+        logit_rows=torch.arange(len(ids)),
     )
 
 

@@ -77,6 +77,16 @@ class KVCacheManager:
         req.alloc_len += n
         return loc
 
+    def truncate(self, req: Req, n: int) -> None:
+        """Give back the slots of positions [n, alloc_len) (rejected speculative drafts); n >= kv_len.
+        Whole pages past position n are freed; a partly used last page stays owned and is refilled later."""
+        if not req.kv_len <= n <= req.alloc_len:
+            raise ValueError(f"truncate to {n}: outside [kv_len {req.kv_len}, alloc_len {req.alloc_len}]")
+        keep = -(-n // self.page) * self.page
+        if req.alloc_len > keep:
+            self.alloc.free_slots(self.req_to_token.table[req.row, keep:req.alloc_len].tolist())
+        req.alloc_len = n
+
     # ------------------------------------------------------------ release
     def cache_unfinished(self, req: Req) -> None:
         """After a prefill chunk: put the computed prefix in the tree and lock it, so others can share it."""

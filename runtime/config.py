@@ -64,6 +64,17 @@ class EngineConfig:
     grammar_timeout_s: float = _opt(60.0, "a grammar that takes longer to compile fails its request")
     jump_forward: bool = _opt(True, "append grammar-forced text in one step instead of token by token")
     watchdog_timeout_s: float = _opt(300.0, "a forward step slower than this is reported and its requests fail")
+    speculative_algorithm: str | None = _opt(None, "speculative decoding: 'ngram' (prompt lookup) or 'draft' "
+                                             "(self-speculation: the model's first layers + LM head)",
+                                             choices=(None, "ngram", "draft"))
+    speculative_num_draft_tokens: int = _opt(4, "speculative decoding: tokens proposed per step")
+    speculative_ngram_min: int = _opt(2, "ngram speculation: shortest n-gram matched")
+    speculative_ngram_max: int = _opt(4, "ngram speculation: longest n-gram matched")
+    speculative_draft_model: str | None = _opt(None, "draft speculation: a separate draft model (not supported "
+                                               "yet: leave unset for self-speculation)")
+    speculative_draft_layers: int = _opt(8, "draft speculation: layers of the model the self-draft runs")
+    speculative_min_accept_rate: float = _opt(0.3, "a request whose recent acceptance is below this stops "
+                                              "speculating for a while")
     tp_size: int = _opt(1, "tensor-parallel ranks (one scheduler process each; gloo on the CPU, NCCL on GPUs)")
 
     def __post_init__(self) -> None:
@@ -79,6 +90,16 @@ class EngineConfig:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if self.grammar_backend not in ("xgrammar", "outlines"):
             raise ValueError(f"grammar_backend must be 'xgrammar' or 'outlines', got {self.grammar_backend!r}")
+        if self.speculative_algorithm not in (None, "ngram", "draft"):
+            raise ValueError(f"speculative_algorithm must be 'ngram' or 'draft', got {self.speculative_algorithm!r}")
+        if self.speculative_num_draft_tokens < 1 or self.speculative_draft_layers < 1:
+            raise ValueError("speculative_num_draft_tokens and speculative_draft_layers must be >= 1")
+        if not 1 <= self.speculative_ngram_min <= self.speculative_ngram_max:
+            raise ValueError(f"speculative ngram sizes must satisfy 1 <= min <= max, got "
+                             f"{self.speculative_ngram_min}, {self.speculative_ngram_max}")
+        if self.speculative_draft_model is not None:
+            raise ValueError("speculative_draft_model: a separate draft model is not supported yet; use "
+                             "--speculative-algorithm draft with --speculative-draft-layers (self-speculation)")
         if self.eviction_policy not in ("lru", "lfu"):
             raise ValueError(f"eviction_policy must be 'lru' or 'lfu', got {self.eviction_policy!r}")
 

@@ -10,6 +10,7 @@ import zmq
 from radixlm.runtime.detokenize import IncrementalText
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import (
+    Progress,
     Ready,
     Shutdown,
     TextBatch,
@@ -50,11 +51,8 @@ class Detokenizer:
         delta = text.delta(ids, u.finished, matched)
         if u.finished:
             del self.states[u.rid]
-        return TextUpdate(
-            rid=u.rid, text=delta, new_ids=u.new_ids, finished=u.finished, finish_reason=u.finish_reason,
-            prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, cached_tokens=u.cached_tokens,
-            output_logprobs=u.output_logprobs, output_top_logprobs=u.output_top_logprobs,
-            input_logprobs=u.input_logprobs, input_top_logprobs=u.input_top_logprobs, queue_time=u.queue_time)
+        progress = {f: getattr(u, f) for f in Progress.__struct_fields__}
+        return TextUpdate(**progress, text=delta)
 
 
 def run_detokenizer(model: str | None, paths: IpcPaths, parent_pid: int, log_level: str) -> None:

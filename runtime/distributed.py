@@ -45,6 +45,7 @@ class BatchPlan:
     extend_lens: list[int]  # [B]
     logit_rows: np.ndarray  # [R]
     slots: np.ndarray  # concatenation over requests of table[row, :seq_len]
+    num_layers: int | None
 
     @classmethod
     def of(cls, batch: ForwardBatch, table: torch.Tensor) -> BatchPlan:
@@ -52,7 +53,7 @@ class BatchPlan:
         slots = torch.cat([table[r, :n] for r, n in zip(rows, batch.seq_lens, strict=True)])
         return cls(batch.mode, batch.input_ids.numpy(), batch.positions.numpy(), batch.out_cache_loc.numpy(),
                    batch.req_rows.numpy(), batch.seq_lens, batch.extend_lens, batch.logit_rows.numpy(),
-                   slots.numpy())
+                   slots.numpy(), batch.num_layers)
 
     def apply(self, table: torch.Tensor) -> ForwardBatch:
         """Write the slot lists into this rank's request table; -> the batch to run."""
@@ -62,7 +63,7 @@ class BatchPlan:
             start += n
         t = torch.from_numpy
         return ForwardBatch(self.mode, t(self.input_ids), t(self.positions), t(self.out_cache_loc),
-                            t(self.req_rows), self.seq_lens, self.extend_lens, t(self.logit_rows))
+                            t(self.req_rows), self.seq_lens, self.extend_lens, t(self.logit_rows), self.num_layers)
 
 
 class PlanBroadcaster:

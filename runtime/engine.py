@@ -23,6 +23,7 @@ from radixlm.runtime.model_llama import LlamaForCausalLM
 from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.request import LogprobSettings, Req, SamplingParams
 from radixlm.runtime.scheduler import Scheduler
+from radixlm.runtime.speculative import spec_meta
 from radixlm.runtime.weights import load_model, open_model
 
 DEFAULT_DTYPE = torch.bfloat16  # README: 1.9x the float32 throughput on this CPU (AVX512-BF16 matmuls)
@@ -155,6 +156,8 @@ class Engine:
                 "finish_reason": req.finished.to_dict() if req.finished else None,
                 "e2e_latency": time.monotonic() - req.arrival, "num_retractions": req.num_retractions,
                 "ttft": req.first_token_time - req.arrival if req.first_token_time else None}
+        if req.spec_state is not None:
+            meta.update(spec_meta(req.spec_state.verify_steps, req.spec_state.drafted, req.spec_state.accepted))
         if req.logprob.return_logprob:
             meta.update(input_token_logprobs=req.input_token_logprobs, output_token_logprobs=req.output_token_logprobs,
                         input_top_logprobs=req.input_top_logprobs, output_top_logprobs=req.output_top_logprobs)

@@ -34,8 +34,8 @@ class Shutdown(msgspec.Struct, tag=True):
     pass
 
 
-class TokenUpdate(msgspec.Struct):
-    """One request's progress in one scheduler step."""
+class Progress(msgspec.Struct):
+    """One request's progress in one step: what the scheduler reports and the detokenizer passes on."""
 
     rid: str
     new_ids: list[int]
@@ -49,6 +49,14 @@ class TokenUpdate(msgspec.Struct):
     input_logprobs: list[Any] | None = None  # sent once, with the first token
     input_top_logprobs: list[Any] | None = None
     queue_time: float | None = None  # seconds from arrival to first admission, sent once
+    spec_verify_steps: int = 0  # speculative decoding: verify passes so far
+    spec_draft_tokens: int = 0  # ... draft tokens proposed
+    spec_accepted_tokens: int = 0  # ... and accepted
+
+
+class TokenUpdate(Progress):
+    """Scheduler -> detokenizer, with what the detokenizer needs to cut stop strings."""
+
     stop: list[str] = []
     no_stop_trim: bool = False
     skip_special_tokens: bool = True
@@ -60,22 +68,10 @@ class TokenBatch(msgspec.Struct, tag=True):
     updates: list[TokenUpdate]
 
 
-class TextUpdate(msgspec.Struct):
+class TextUpdate(Progress):
     """Detokenizer -> API: the text that is final so far (never broken UTF-8, never a stop string)."""
 
-    rid: str
-    text: str  # delta since the last update
-    new_ids: list[int]
-    finished: bool
-    finish_reason: dict[str, Any] | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    output_logprobs: list[Any] | None = None
-    output_top_logprobs: list[Any] | None = None
-    input_logprobs: list[Any] | None = None
-    input_top_logprobs: list[Any] | None = None
-    queue_time: float | None = None
+    text: str = ""  # delta since the last update
 
 
 class TextBatch(msgspec.Struct, tag=True):
@@ -99,6 +95,8 @@ class SchedulerStats(msgspec.Struct, tag=True):
     retractions: int
     leak: str | None = None
     rss_mb: float = 0.0  # the scheduler process's resident memory
+    spec_accept_rate: float = 0.0  # speculative decoding: accepted / drafted tokens, since start
+    spec_accept_length: float = 0.0  # ... tokens produced per verify pass
 
 
 class FlushCacheResp(msgspec.Struct, tag=True):

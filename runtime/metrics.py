@@ -30,6 +30,8 @@ class Metrics:
         self.queued = gauge("num_queue_reqs", "requests waiting in the scheduler")
         self.token_usage = gauge("token_usage", "fraction of the KV pool in use (locked or owned)")
         self.cache_hit_rate = gauge("cache_hit_rate", "cached prompt tokens / prompt tokens")
+        self.spec_accept_rate = gauge("spec_accept_rate", "speculative decoding: accepted / drafted tokens")
+        self.spec_accept_length = gauge("spec_accept_length", "speculative decoding: tokens per verify pass")
         self.ttft = hist("time_to_first_token_seconds", "time to first token")
         self.itl = hist("inter_token_latency_seconds", "time between streamed tokens")
         self.e2e = hist("e2e_request_latency_seconds", "request latency end to end")

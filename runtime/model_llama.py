@@ -99,7 +99,7 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch) -> torch.Tensor:
         """batch.input_ids [T], batch.positions [T] -> logits [R, vocab] float32 for rows batch.logit_rows [R]."""
         x, residual = self.embed_tokens(batch.input_ids), None
-        for layer in self.layers:
+        for layer in self.layers[: batch.num_layers]:
             x, residual = layer(x, residual, batch.positions, self.rotary, batch)
         x = x[batch.logit_rows]
         residual = residual[batch.logit_rows]

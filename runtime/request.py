@@ -152,6 +152,7 @@ class Req:
         self.grammar_future = None  # Future[Grammar] while compiling
         self.grammar = None  # Matcher, once compiled
         self.num_jump_forward_tokens = 0
+        self.spec_state = None  # SpecState, once speculative decoding looked at this request
 
     @property
     def fill_ids(self) -> list[int]:

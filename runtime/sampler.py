@@ -74,25 +74,34 @@ def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, 
     return out / out.sum(dim=-1, keepdim=True)
 
 
+def process_logits(logits: torch.Tensor, reqs: list[Req]) -> None:
+    """In place: everything that shapes a row before temperature (bias, penalties, min tokens, grammar)."""
+    apply_penalties(logits, reqs)
+    block_early_stop(logits, reqs)
+    apply_grammars(logits, reqs)
+
+
+def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+    """Processed logits [B, V] of non-greedy rows -> the distribution each samples from (temperature, filters)."""
+    params = [r.params for r in reqs]
+    temps = torch.tensor([p.temperature for p in params]).unsqueeze(1)
+    probs = torch.softmax(logits / temps, dim=-1)
+    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
+        probs = filter_probs(probs, torch.tensor([p.top_k for p in params]),
+                             torch.tensor([p.top_p for p in params]), torch.tensor([p.min_p for p in params]))
+    return probs
+
+
 def sample(logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
     """logits [B, V] float32 (modified in place) -> one token per request."""
     raw_logprobs = None
     if any(r.logprob.return_logprob for r in reqs):
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
-    apply_penalties(logits, reqs)
-    block_early_stop(logits, reqs)
-    apply_grammars(logits, reqs)
+    process_logits(logits, reqs)
     tokens = logits.argmax(dim=-1)
     rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
     if rand_rows:
-        rows = torch.tensor(rand_rows)
-        params = [reqs[i].params for i in rand_rows]
-        temps = torch.tensor([p.temperature for p in params]).unsqueeze(1)
-        probs = torch.softmax(logits[rows] / temps, dim=-1)
-        needs_filter = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
-        if needs_filter:
-            probs = filter_probs(probs, torch.tensor([p.top_k for p in params]),
-                                 torch.tensor([p.top_p for p in params]), torch.tensor([p.min_p for p in params]))
+        probs = sampling_probs(logits[torch.tensor(rand_rows)], [reqs[i] for i in rand_rows])
         for j, i in enumerate(rand_rows):
             tokens[i] = torch.multinomial(probs[j], 1, generator=reqs[i].generator)[0]
     token_list = tokens.tolist()

@@ -21,6 +21,7 @@ from radixlm.runtime.grammar_steps import accept_sampled, jump_forward, poll_com
 from radixlm.runtime.policy import CLIP_MAX_NEW_TOKENS, PrefillBudget, QueueItem, order_queue
 from radixlm.runtime.request import FinishReason, Req
 from radixlm.runtime.sampler import sample
+from radixlm.runtime.spec_decode import SpecDecoder
 from radixlm.runtime.stopping import check_finished
 
 log = logging.getLogger("radixlm.scheduler")
@@ -54,6 +55,8 @@ class Scheduler:
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0,
                       "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
+        self.spec = SpecDecoder(config, forward, cache, decode, max_context) \
+            if config.speculative_algorithm else None
 
     # ------------------------------------------------------------ queue management
     def add(self, req: Req) -> None:
@@ -100,9 +103,9 @@ class Scheduler:
         if entries:
             outputs += self._run_prefill(entries)
         else:
-            reqs, locs = self._schedule_decode()
+            reqs, locs, plan = self._schedule_decode()
             if reqs:
-                outputs += self._run_decode(reqs, locs)
+                outputs += self._run_decode(reqs, locs, plan)
         if self.cfg.check_invariants:
             self.check_invariants()
         return outputs
@@ -235,13 +238,16 @@ class Scheduler:
         (at the next step boundary) instead of the server silently stalling."""
         start = time.monotonic()
         logits = self.forward(batch)
+        self._watch(start, batch.mode, reqs)
+        return logits
+
+    def _watch(self, start: float, what: str, reqs: list[Req]) -> None:
         took = time.monotonic() - start
         if took > self.cfg.watchdog_timeout_s:
             log.error("watchdog: a %s step of %d requests took %.2f s (limit %.2f s); failing them",
-                      batch.mode, len(reqs), took, self.cfg.watchdog_timeout_s)
+                      what, len(reqs), took, self.cfg.watchdog_timeout_s)
             for r in reqs:
                 self.failures[r.rid] = f"watchdog: a forward step took {took:.2f} s (limit {self.cfg.watchdog_timeout_s} s)"
-        return logits
 
     def _record_prompt_logprobs(self, req: Req, positions: list[int], logits: torch.Tensor) -> None:
         n = len(positions) - (1 if positions and positions[-1] == len(req.fill_ids) - 1 else 0)
@@ -261,13 +267,23 @@ class Scheduler:
                                           zip(ids.tolist(), vals.tolist(), strict=True))
 
     # ------------------------------------------------------------ decode
-    def _schedule_decode(self) -> tuple[list[Req], list[torch.Tensor]]:
+    def _schedule_decode(self) -> tuple[list[Req], list[torch.Tensor], list | None]:
+        """-> running requests, their new KV slots, and the speculative plan (None: a plain decode step).
+        Short of KV, speculation goes first, then requests are retracted."""
+        plan = self.spec.plan(self.running) if self.spec else None
+        if plan is not None and not any(SpecDecoder.sizes(plan)):
+            plan = None
         while self.running:
-            need = sum(self.cache.pages_needed(r, 1) for r in self.running)
+            sizes = [1 + s for s in SpecDecoder.sizes(plan)] if plan else [1] * len(self.running)
+            need = sum(self.cache.pages_needed(r, n) for r, n in zip(self.running, sizes, strict=True))
             if self.cache.ensure_free_pages(need):
-                return list(self.running), [self.cache.extend(r, 1) for r in self.running]
+                locs = [self.cache.extend(r, n) for r, n in zip(self.running, sizes, strict=True)]
+                return list(self.running), locs, plan
+            if plan is not None:
+                plan = None
+                continue
             self._retract_one()
-        return [], []
+        return [], [], None
 
     def _retract_one(self) -> None:
         """Out of KV for the next decode step: requeue the request with the fewest generated tokens."""
@@ -303,22 +319,25 @@ class Scheduler:
         req.num_retractions += 1
         self.waiting.append(req)
 
-    def _run_decode(self, reqs: list[Req], locs: list[torch.Tensor]) -> list[StepOutput]:
-        logits = self._forward(make_decode_batch(reqs, locs), reqs)
+    def _run_decode(self, reqs: list[Req], locs: list[torch.Tensor], plan: list | None) -> list[StepOutput]:
         self.stats["decode_steps"] += 1
         self.new_token_ratio = max(self.init_ratio * 0.14, self.new_token_ratio - self.init_ratio / 600)
+        if plan is not None:
+            start = time.monotonic()
+            starts = self.spec.run(reqs, locs, plan)
+            self._watch(start, "verify", reqs)
+            return self._finish_step(reqs, starts)
+        logits = self._forward(make_decode_batch(reqs, locs), reqs)
         for r in reqs:
             r.kv_len += 1
         return self._sample_and_finish(reqs, logits)
 
     def _sample_and_finish(self, reqs: list[Req], logits: torch.Tensor) -> list[StepOutput]:
         result = sample(logits, reqs)
-        outputs = []
-        now = time.monotonic()
+        starts = [len(r.output_ids) for r in reqs]
         for i, req in enumerate(reqs):
-            tok, start = result.tokens[i], len(req.output_ids)
+            tok = result.tokens[i]
             req.output_ids.append(tok)
-            req.first_token_time = req.first_token_time or now
             if req.logprob.return_logprob:
                 req.output_token_logprobs.append((result.logprobs[i], tok))
                 if result.top_logprobs is not None:
@@ -326,6 +345,13 @@ class Scheduler:
             if req.grammar is not None:
                 req.finished = accept_sampled(req, tok)
             req.finished = req.finished or check_finished(req, self.decode, self.max_context)
+        return self._finish_step(reqs, starts)
+
+    def _finish_step(self, reqs: list[Req], starts: list[int]) -> list[StepOutput]:
+        """After new tokens were appended (and ``finished`` set): release finished requests, jump forward."""
+        outputs, now = [], time.monotonic()
+        for req, start in zip(reqs, starts, strict=True):
+            req.first_token_time = req.first_token_time or now
             if req.finished:
                 self.running.remove(req)
                 self._release(req, insert=True)

@@ -109,6 +109,9 @@ class SchedulerProcess:
                         prompt_tokens=len(r.origin_input_ids), completion_tokens=len(r.output_ids),
                         cached_tokens=r.cached_tokens, stop=r.params.stop, no_stop_trim=r.params.no_stop_trim,
                         skip_special_tokens=r.params.skip_special_tokens)
+        if r.spec_state is not None:
+            st = r.spec_state
+            u.spec_verify_steps, u.spec_draft_tokens, u.spec_accepted_tokens = st.verify_steps, st.drafted, st.accepted
         if len(r.output_ids) == n and r.admit_time is not None:
             u.queue_time = r.admit_time - r.arrival
         if r.logprob.return_logprob:
@@ -131,7 +134,16 @@ class SchedulerProcess:
         self.to_api.send(encode(SchedulerStats(
             running=len(self.sched.live_requests()), queued=len(self.sched.waiting), kv_used=used,
             kv_total=cache.alloc.capacity, cache_hit_rate=st["cached_tokens"] / max(st["prompt_tokens"], 1),
-            retractions=st["retractions"], leak=leak, rss_mb=rss_mb())))
+            retractions=st["retractions"], leak=leak, rss_mb=rss_mb(), **spec_rates(self.sched))))
+
+
+def spec_rates(sched) -> dict[str, float]:
+    """Speculative decoding since start: accepted / drafted, and tokens produced per verify pass."""
+    if sched.spec is None or not sched.spec.stats["spec_verify_steps"]:
+        return {}
+    st = sched.spec.stats
+    return {"spec_accept_rate": st["spec_accepted_tokens"] / max(st["spec_draft_tokens"], 1),
+            "spec_accept_length": 1 + st["spec_accepted_tokens"] / st["spec_verify_steps"]}
 
 
 def rss_mb() -> float:

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from radixlm.runtime import openai_api
 from radixlm.runtime.openai_protocol import ChatCompletionRequest, CompletionRequest, GenerateRequest
 from radixlm.runtime.openai_serving import ApiError, Choice, Serving, sse
+from radixlm.runtime.speculative import spec_meta
 from radixlm.runtime.tokenizer_manager import RequestFailed
 
 
@@ -177,6 +178,8 @@ def native_result(c: Choice, r) -> dict[str, Any]:
     u = c.last
     meta = {"id": r.rid, "finish_reason": u.finish_reason if u else None, "prompt_tokens": len(r.input_ids),
             "completion_tokens": len(c.ids), "cached_tokens": u.cached_tokens if u else 0}
+    if u is not None:
+        meta.update(spec_meta(u.spec_verify_steps, u.spec_draft_tokens, u.spec_accepted_tokens))
     if r.return_logprob:
         meta.update(input_token_logprobs=c.input_logprobs, output_token_logprobs=c.logprobs,
                     input_top_logprobs=c.input_top_logprobs, output_top_logprobs=c.top_logprobs)

@@ -166,5 +166,7 @@ class TokenizerManager:
         m.queued.set(s.queued)
         m.token_usage.set(s.kv_used / max(s.kv_total, 1))
         m.cache_hit_rate.set(s.cache_hit_rate)
+        m.spec_accept_rate.set(s.spec_accept_rate)
+        m.spec_accept_length.set(s.spec_accept_length)
         if s.leak:
             log.error("scheduler reports: %s", s.leak)
