@@ -3,8 +3,8 @@
     python benchmarks/bench_parallel.py [--groups 8 --per-group 8 --system-len 1000 --kv-tokens 6000]
 
 DP: two replicas (one thread each) behind the standalone router, cache_aware vs round_robin, on the
-shared-prefix workload. Each replica's KV pool holds about half of the groups' system prompts, so where a
-group's requests land decides whether its prefix is still cached.
+shared-prefix workload, its requests in random order. Each replica's KV pool holds about half of the groups'
+system prompts, so where a group's requests land decides whether its prefix is still cached.
 TP (--tp): the random workload on one server with --tp-size 1 and then 2 (gloo, one thread per rank).
 """
 
@@ -55,7 +55,7 @@ def workload(args, url: str, dataset: str) -> dict:
     ns = argparse.Namespace(base_url=url, model="default", dataset=dataset, num_prompts=args.num_prompts,
                             input_len=200, output_len=args.output_len, groups=args.groups,
                             per_group=args.per_group, system_len=args.system_len, question_len=30,
-                            conversations=0, turns=0, concurrency=8, request_rate=0.0,
+                            conversations=0, turns=0, concurrency=8, request_rate=0.0, shuffle=True,
                             extra_body='{"ignore_eos": true}', timeout=1200, seed=0)
     return asyncio.run(main_async(ns))
 
@@ -87,6 +87,7 @@ def bench_tp(args) -> None:
         proc, url = start("--tp-size", str(tp))
         try:
             workload(args, url, "random")  # warm-up
+            httpx.post(f"{url}/flush_cache", timeout=30)
             rows[f"tp={tp}"] = workload(args, url, "random")
         finally:
             stop(proc)

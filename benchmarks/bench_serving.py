@@ -84,8 +84,11 @@ def dataset(args, rng: random.Random) -> list[list[list[dict]]]:
         return [[[{"role": "user", "content": words(args.input_len, rng)}]] for _ in range(args.num_prompts)]
     if args.dataset == "shared-prefix":
         systems = [words(args.system_len, rng) for _ in range(args.groups)]
-        return [[[{"role": "system", "content": systems[g]}, {"role": "user", "content": words(args.question_len, rng)}]]
-                for _ in range(args.per_group) for g in range(args.groups)]
+        sessions = [[[{"role": "system", "content": systems[g]}, {"role": "user", "content": words(args.question_len, rng)}]]
+                    for _ in range(args.per_group) for g in range(args.groups)]
+        if args.shuffle:  # arrival order independent of the group (else round robin partitions groups by luck)
+            rng.shuffle(sessions)
+        return sessions
     return [[[{"role": "user", "content": words(args.input_len, rng)}] for _ in range(args.turns)]
             for _ in range(args.conversations)]
 
@@ -161,6 +164,7 @@ def main() -> None:
     ap.add_argument("--per-group", type=int, default=8)
     ap.add_argument("--system-len", type=int, default=1000)
     ap.add_argument("--question-len", type=int, default=30)
+    ap.add_argument("--shuffle", action="store_true", help="shared-prefix: send the groups' requests in random order")
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=8)

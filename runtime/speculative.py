@@ -26,6 +26,7 @@ class SpecState:
     verify_steps: int = 0
     recent: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) of the last steps
     cooldown: int = 0  # steps left without drafting (acceptance was low)
+    strikes: int = 0  # poor windows in a row: each doubles the next cooldown (up to 16x)
 
     def record(self, drafted: int, accepted: int, window: int, min_rate: float, pause: int) -> None:
         self.drafted += drafted
@@ -33,8 +34,13 @@ class SpecState:
         self.verify_steps += 1
         self.recent = [*self.recent[-(window - 1):], (drafted, accepted)]
         tried = sum(d for d, _ in self.recent)
-        if len(self.recent) == window and tried and sum(a for _, a in self.recent) / tried < min_rate:
-            self.cooldown, self.recent = pause, []  # not paying off for this request: stop for a while
+        if len(self.recent) < window or not tried:
+            return
+        if sum(a for _, a in self.recent) / tried < min_rate:  # not paying off here: stop for a while
+            self.cooldown, self.recent = pause << min(self.strikes, 4), []
+            self.strikes += 1
+        else:
+            self.strikes = 0
 
 
 def spec_state(req: Req) -> SpecState:
