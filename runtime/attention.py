@@ -63,3 +63,36 @@ class TorchAttentionBackend:
             o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, is_causal=mask is None)
             out[s:e] = o[0].transpose(0, 1).reshape(e - s, -1)
         return out
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    """auto: flashinfer if importable on CUDA, else triton on CUDA, else torch."""
+    if name != "auto":
+        if name in ("triton", "flashinfer") and device.type != "cuda" and not _triton_interpreted():
+            raise ValueError(f"attention_backend {name!r} needs CUDA (or TRITON_INTERPRET=1 for triton)")
+        return name
+    if device.type != "cuda":
+        return "torch"
+    try:
+        import flashinfer  # noqa: F401
+        return "flashinfer"
+    except ImportError:
+        return "triton"
+
+
+def _triton_interpreted() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_size: int, num_q_heads: int):
+    if name == "triton":
+        from radixlm.runtime.attention_triton import TritonAttentionBackend
+
+        return TritonAttentionBackend(pool, req_to_token)
+    if name == "flashinfer":
+        from radixlm.runtime.attention_flashinfer import FlashInferAttentionBackend
+
+        return FlashInferAttentionBackend(pool, req_to_token, page_size, num_q_heads)
+    return TorchAttentionBackend(pool, req_to_token)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,12 @@ class ForwardBatch:
     num_layers: int | None = None  # run only the first layers (self-speculative drafts); None: all
     attn_backend: Any = None
     attn_meta: Any = field(default=None, repr=False)
+
+    def to(self, device: torch.device) -> ForwardBatch:
+        """The same batch with its index tensors on ``device`` (the per-request lists stay on the host)."""
+        move = {name: getattr(self, name).to(device, non_blocking=True)
+                for name in ("input_ids", "positions", "out_cache_loc", "req_rows", "logit_rows")}
+        return dataclasses.replace(self, **move)
 
     @property
     def batch_size(self) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DTYPES = ("auto", "float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 
@@ -75,6 +76,11 @@ class EngineConfig:
     speculative_draft_layers: int = _opt(8, "draft speculation: layers of the model the self-draft runs")
     speculative_min_accept_rate: float = _opt(0.3, "a request whose recent acceptance is below this stops "
                                               "speculating for a while")
+    device: str = _opt("auto", "where the model runs: cuda if available, else cpu", choices=("auto", "cpu", "cuda"))
+    attention_backend: str = _opt("auto", "auto: flashinfer if importable on CUDA, else triton on CUDA, else torch",
+                                  choices=ATTENTION_BACKENDS)
+    disable_cuda_graph: bool = _opt(False, "run decode batches eagerly instead of replaying captured CUDA graphs")
+    cuda_graph_max_bs: int = _opt(256, "largest decode batch captured in a CUDA graph (larger ones run eagerly)")
     tp_size: int = _opt(1, "tensor-parallel ranks (one scheduler process each; gloo on the CPU, NCCL on GPUs)")
 
     def __post_init__(self) -> None:
@@ -100,6 +106,10 @@ class EngineConfig:
         if self.speculative_draft_model is not None:
             raise ValueError("speculative_draft_model: a separate draft model is not supported yet; use "
                              "--speculative-algorithm draft with --speculative-draft-layers (self-speculation)")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.eviction_policy not in ("lru", "lfu"):
             raise ValueError(f"eviction_policy must be 'lru' or 'lfu', got {self.eviction_policy!r}")
 

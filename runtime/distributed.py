@@ -27,6 +27,8 @@ IDLE_TIMEOUT = timedelta(days=7)
 def init_tp_group(init_addr: str, rank: int, world_size: int):
     """Join the tensor-parallel group; returns the CPU (gloo) group used for batch plans."""
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":  # one GPU per rank on each node: "cuda" means this rank's device from here on
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(backend, init_method=f"tcp://{init_addr}", rank=rank, world_size=world_size,
                             timeout=IDLE_TIMEOUT)
     return dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT) if backend == "nccl" else dist.group.WORLD
@@ -50,7 +52,7 @@ class BatchPlan:
     @classmethod
     def of(cls, batch: ForwardBatch, table: torch.Tensor) -> BatchPlan:
         rows = batch.req_rows.tolist()
-        slots = torch.cat([table[r, :n] for r, n in zip(rows, batch.seq_lens, strict=True)])
+        slots = torch.cat([table[r, :n] for r, n in zip(rows, batch.seq_lens, strict=True)]).cpu()
         return cls(batch.mode, batch.input_ids.numpy(), batch.positions.numpy(), batch.out_cache_loc.numpy(),
                    batch.req_rows.numpy(), batch.seq_lens, batch.extend_lens, batch.logit_rows.numpy(),
                    slots.numpy(), batch.num_layers)

@@ -30,7 +30,13 @@ DEFAULT_DTYPE = torch.bfloat16  # README: 1.9x the float32 throughput on this CP
 
 
 def resolve_dtype(name: str) -> torch.dtype:
-    return {"auto": DEFAULT_DTYPE, "float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+    return {"auto": DEFAULT_DTYPE, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda was asked for, but torch sees no CUDA device")
+    return torch.device("cuda" if name == "cuda" or name == "auto" and torch.cuda.is_available() else "cpu")
 
 
 def thread_budget(cfg: EngineConfig) -> int:
@@ -56,7 +62,7 @@ class Engine:
         torch.set_num_threads(thread_budget(cfg))
         files = open_model(cfg.model)
         dtype = resolve_dtype(cfg.dtype)
-        model_ = load_model(files, dtype, TPInfo(0, cfg.tp_size), progress=progress)
+        model_ = load_model(files, dtype, TPInfo(0, cfg.tp_size), progress=progress).to(resolve_device(cfg.device))
         self._setup(cfg, model_, files.load_tokenizer(), dtype, tp_group)
 
     @classmethod

@@ -19,26 +19,34 @@ class KVPool:
     on every call (it measured 6x slower than the copy itself on this CPU).
     """
 
-    def __init__(self, cfg: ModelConfig, num_slots: int, dtype: torch.dtype, num_kv_heads: int) -> None:
-        shape = (cfg.num_layers, num_kv_heads, num_slots, cfg.head_dim)
-        self.k_buffer = torch.zeros(shape, dtype=dtype)
-        self.v_buffer = torch.zeros(shape, dtype=dtype)
-        self.num_slots = num_slots
-        self._ws = [[torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype)] for _ in range(2)]
+    def __init__(self, cfg: ModelConfig, num_slots: int, dtype: torch.dtype, num_kv_heads: int,
+                 device: torch.device | str = "cpu", head_major: bool = True) -> None:
+        """``head_major=False``: token-major k_buffer[layer] [S, Hkv, D], the layout FlashInfer reads (NHD)."""
+        per_layer = (num_kv_heads, num_slots, cfg.head_dim) if head_major else (num_slots, num_kv_heads, cfg.head_dim)
+        self.k_buffer = torch.zeros((cfg.num_layers, *per_layer), dtype=dtype, device=device)
+        self.v_buffer = torch.zeros((cfg.num_layers, *per_layer), dtype=dtype, device=device)
+        self.num_slots, self.head_major, self.device = num_slots, head_major, torch.device(device)
+        self._ws = [[torch.empty(0, dtype=dtype, device=device)] * 2 for _ in range(2)]
 
     def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """loc [T] slot indices; k, v [T, Hkv, D]."""
-        self.k_buffer[layer].index_copy_(1, loc, k.transpose(0, 1))
-        self.v_buffer[layer].index_copy_(1, loc, v.transpose(0, 1))
+        if self.head_major:
+            self.k_buffer[layer].index_copy_(1, loc, k.transpose(0, 1))
+            self.v_buffer[layer].index_copy_(1, loc, v.transpose(0, 1))
+        else:
+            self.k_buffer[layer].index_copy_(0, loc, k)
+            self.v_buffer[layer].index_copy_(0, loc, v)
 
     def gather(self, layer: int, idx: torch.Tensor, workspace: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """idx [N] slots -> K, V [Hkv, N, D]: views of workspace 0 or 1, valid until its next gather."""
+        if not self.head_major:
+            raise RuntimeError("gather needs the head-major layout (the torch backend's)")
         kb, vb = self.k_buffer[layer], self.v_buffer[layer]
         shape = (kb.shape[0], idx.numel(), kb.shape[2])
         need = shape[0] * shape[1] * shape[2]
         ws = self._ws[workspace]
         if ws[0].numel() < need:
-            ws[:] = [torch.empty(need * 5 // 4, dtype=kb.dtype) for _ in range(2)]
+            ws[:] = [torch.empty(need * 5 // 4, dtype=kb.dtype, device=kb.device) for _ in range(2)]
         k = torch.index_select(kb, 1, idx, out=ws[0][:need].view(shape))
         v = torch.index_select(vb, 1, idx, out=ws[1][:need].view(shape))
         return k, v
@@ -82,8 +90,8 @@ class PageAllocator:
 class ReqToTokenPool:
     """table[row, pos] = KV slot of token ``pos`` of the request in ``row``; rows are recycled."""
 
-    def __init__(self, num_rows: int, max_context: int) -> None:
-        self.table = torch.zeros((num_rows, max_context), dtype=torch.int64)
+    def __init__(self, num_rows: int, max_context: int, device: torch.device | str = "cpu") -> None:
+        self.table = torch.zeros((num_rows, max_context), dtype=torch.int64, device=device)
         self._free = list(range(num_rows - 1, -1, -1))
         self.max_context = max_context
         self.num_rows = num_rows

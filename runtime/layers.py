@@ -12,6 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixlm.kernels.rmsnorm import rmsnorm_triton
+from radixlm.kernels.rotary import rotary_triton
+
 
 @dataclass(frozen=True)
 class TPInfo:
@@ -68,6 +71,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         """x [T, H] -> norm(x) [T, H]; with ``residual``: (norm(x + residual), x + residual)."""
+        if x.is_cuda:  # one fused kernel instead of add + cast + norm + cast
+            return rmsnorm_triton(x, self.weight, self.eps, residual)
         if residual is not None:
             x = x + residual
             residual = x
@@ -170,6 +175,10 @@ class RotaryEmbedding:
 
     def __call__(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
         """positions [T]; q [T, Hq, D], k [T, Hkv, D] -> rotated q, k (same dtype)."""
+        if self.cos.device != positions.device:  # first call on a GPU: the tables follow, once
+            self.cos, self.sin = self.cos.to(positions.device), self.sin.to(positions.device)
+        if q.is_cuda:  # in place, one launch for all heads of q and k
+            return rotary_triton(positions, q, k, self.cos, self.sin)
         cos = self.cos[positions].unsqueeze(1)  # [T, 1, D/2]
         sin = self.sin[positions].unsqueeze(1)
         return _rotate(q, cos, sin), _rotate(k, cos, sin)

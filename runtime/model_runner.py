@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.runtime.attention import TorchAttentionBackend
+from radixlm.runtime.attention import make_backend, resolve_backend
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.kv_pool import KVPool, PageAllocator, ReqToTokenPool
@@ -26,16 +26,22 @@ class ModelRunner:
             widest = HeadShard.max_kv_heads(cfg.num_heads, cfg.num_kv_heads, model.tp.size)
             tokens = int(config.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, widest))
         num_pages = tokens // page + 1  # + the reserved page 0
+        self.device = next(model.parameters()).device
+        self.backend_name = resolve_backend(config.attention_backend, self.device)
         self.allocator = PageAllocator(num_pages, page)
-        self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads)
-        self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page)
-        self.backend = TorchAttentionBackend(self.pool, self.req_to_token)
+        self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads, self.device,
+                           head_major=self.backend_name != "flashinfer")
+        self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page, self.device)
+        num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
+        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """-> logits [len(batch.logit_rows), vocab] float32."""
         if self.plan_sink is not None:
             self.plan_sink.send(batch)
+        if self.device.type != "cpu":
+            batch = batch.to(self.device)
         batch.attn_backend = self.backend
         self.backend.prepare(batch)
         return self.model(batch)

@@ -25,18 +25,19 @@ def apply_penalties(logits: torch.Tensor, reqs: list[Req]) -> None:
     """In place. Repetition penalty over prompt + output (HF semantics); frequency / presence over output."""
     for i, r in enumerate(reqs):
         p = r.params
+        dev = logits.device
         if p.logit_bias:
-            ids = torch.tensor([int(t) for t in p.logit_bias])
-            logits[i, ids] += torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype)
+            ids = torch.tensor([int(t) for t in p.logit_bias], device=dev)
+            logits[i, ids] += torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype, device=dev)
         if not p.has_penalties:
             continue
         if p.repetition_penalty != 1:
-            seen = torch.tensor(sorted(set(r.origin_input_ids) | set(r.output_ids)), dtype=torch.int64)
+            seen = torch.tensor(sorted(set(r.origin_input_ids) | set(r.output_ids)), dtype=torch.int64, device=dev)
             vals = logits[i, seen]
             logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
         if r.output_ids and (p.frequency_penalty or p.presence_penalty):
-            out = torch.tensor(r.output_ids, dtype=torch.int64)
-            counts = torch.zeros(logits.shape[1]).index_add_(0, out, torch.ones(len(out)))
+            out = torch.tensor(r.output_ids, dtype=torch.int64, device=dev)
+            counts = torch.zeros(logits.shape[1], device=dev).index_add_(0, out, torch.ones(len(out), device=dev))
             logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
 
 
@@ -63,7 +64,7 @@ def apply_grammars(logits: torch.Tensor, reqs: list[Req]) -> None:
 def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> renormalized probs [B, V]."""
     sorted_p, idx = probs.sort(dim=-1, descending=True)
-    rank = torch.arange(probs.shape[1]).unsqueeze(0)
+    rank = torch.arange(probs.shape[1], device=probs.device).unsqueeze(0)
     keep = (rank < top_k.unsqueeze(1)) | (top_k.unsqueeze(1) <= 0)
     cum = sorted_p.cumsum(dim=-1)
     keep &= (cum - sorted_p) < top_p.unsqueeze(1)  # keep the smallest prefix whose mass reaches top_p
@@ -83,13 +84,25 @@ def process_logits(logits: torch.Tensor, reqs: list[Req]) -> None:
 
 def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
     """Processed logits [B, V] of non-greedy rows -> the distribution each samples from (temperature, filters)."""
-    params = [r.params for r in reqs]
-    temps = torch.tensor([p.temperature for p in params]).unsqueeze(1)
+    params, dev = [r.params for r in reqs], logits.device
+    temps = torch.tensor([p.temperature for p in params], device=dev).unsqueeze(1)
     probs = torch.softmax(logits / temps, dim=-1)
     if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
-        probs = filter_probs(probs, torch.tensor([p.top_k for p in params]),
-                             torch.tensor([p.top_p for p in params]), torch.tensor([p.min_p for p in params]))
+        probs = filter_probs(probs, torch.tensor([p.top_k for p in params], device=dev),
+                             torch.tensor([p.top_p for p in params], device=dev),
+                             torch.tensor([p.min_p for p in params], device=dev))
     return probs
+
+
+def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+    """One token per row of probs [B, V] from each request's own generator.
+
+    On the CPU: torch.multinomial per row. On a GPU: the exponential race argmax(p / E), E ~ Exp(1) drawn
+    from each request's (host) generator, in one transfer and one kernel: no host round trip per request."""
+    if not probs.is_cuda:
+        return torch.stack([torch.multinomial(p, 1, generator=r.generator)[0] for p, r in zip(probs, reqs, strict=True)])
+    noise = torch.stack([torch.empty(probs.shape[1]).exponential_(generator=r.generator) for r in reqs])
+    return (probs / noise.to(probs.device, non_blocking=True)).argmax(dim=-1)
 
 
 def sample(logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
@@ -101,9 +114,9 @@ def sample(logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
     tokens = logits.argmax(dim=-1)
     rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
     if rand_rows:
-        probs = sampling_probs(logits[torch.tensor(rand_rows)], [reqs[i] for i in rand_rows])
-        for j, i in enumerate(rand_rows):
-            tokens[i] = torch.multinomial(probs[j], 1, generator=reqs[i].generator)[0]
+        rows = torch.tensor(rand_rows, device=logits.device)
+        rand_reqs = [reqs[i] for i in rand_rows]
+        tokens[rows] = draw(sampling_probs(logits[rows], rand_reqs), rand_reqs)
     token_list = tokens.tolist()
     if raw_logprobs is None:
         return SampleOutput(token_list, None, None)

@@ -11,7 +11,7 @@ import zmq
 
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.distributed import follow, init_tp_group
-from radixlm.runtime.engine import resolve_dtype, thread_budget
+from radixlm.runtime.engine import resolve_device, resolve_dtype, thread_budget
 from radixlm.runtime.ipc import IpcPaths, push
 from radixlm.runtime.layers import TPInfo
 from radixlm.runtime.messages import Ready, encode
@@ -38,8 +38,8 @@ def run_tp_worker(engine_kwargs: dict, rank: int, tp_addr: str, paths: IpcPaths 
         torch.set_num_threads(thread_budget(cfg))
         group = init_tp_group(tp_addr, rank, cfg.tp_size)
         dtype = resolve_dtype(cfg.dtype)
-        runner = ModelRunner(load_model(open_model(cfg.model), dtype, TPInfo(rank, cfg.tp_size), progress=False),
-                             cfg, dtype)
+        model = load_model(open_model(cfg.model), dtype, TPInfo(rank, cfg.tp_size), progress=False)
+        runner = ModelRunner(model.to(resolve_device(cfg.device)), cfg, dtype)
     except Exception as e:  # startup failure: report it, like the scheduler does
         if ready is not None:
             ready.send(encode(Ready(name, error=f"{type(e).__name__}: {e}")))

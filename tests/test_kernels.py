@@ -58,3 +58,28 @@ def test_triton_bitmask_kernel_on_cuda():
     out = subprocess.run([sys.executable, "-c", BITMASK_CHECK], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+KERNEL_CHECKS = ["store_kv", "rmsnorm", "rotary", "extend_attention", "decode_attention", "engine"]
+
+
+def run_check(name: str, device: str, interpret: bool) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"TRITON_INTERPRET": "1"} if interpret else {})}
+    return subprocess.run([sys.executable, "kernel_checks.py", name, device], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=os.path.dirname(__file__))
+
+
+@pytest.mark.parametrize("name", KERNEL_CHECKS)
+def test_triton_kernel_under_interpreter(name):
+    """Every kernel against its torch reference on the CPU (fp32/fp16/bf16, head dims 64/128, page sizes
+    1 and 4, both pool layouts); "engine" runs the Triton backend end to end against the torch backend."""
+    pytest.importorskip("triton")
+    out = run_check(name, "cpu", interpret=True)
+    assert out.returncode == 0 and f"ok {name}" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", KERNEL_CHECKS)
+def test_triton_kernel_on_cuda(name):
+    out = run_check(name, "cuda", interpret=False)
+    assert out.returncode == 0 and f"ok {name}" in out.stdout, out.stderr[-3000:]
