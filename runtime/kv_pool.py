@@ -88,10 +88,14 @@ class PageAllocator:
 
 
 class ReqToTokenPool:
-    """table[row, pos] = KV slot of token ``pos`` of the request in ``row``; rows are recycled."""
+    """table[row, pos] = KV slot of token ``pos`` of the request in ``row``; rows are recycled.
+
+    Row ``num_rows`` (one past the last allocatable row) is the dummy row: all zeros, i.e. the reserved slot 0.
+    Padding in a captured CUDA graph points there."""
 
     def __init__(self, num_rows: int, max_context: int, device: torch.device | str = "cpu") -> None:
-        self.table = torch.zeros((num_rows, max_context), dtype=torch.int64, device=device)
+        self.table = torch.zeros((num_rows + 1, max_context), dtype=torch.int64, device=device)
+        self.dummy_row = num_rows
         self._free = list(range(num_rows - 1, -1, -1))
         self.max_context = max_context
         self.num_rows = num_rows

@@ -34,6 +34,12 @@ class ModelRunner:
         self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page, self.device)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
         self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads)
+        self.graphs = None
+        if self.device.type == "cuda" and self.backend_name == "triton" and not config.disable_cuda_graph:
+            from radixlm.runtime.cuda_graph import DecodeGraphs
+
+            self.graphs = DecodeGraphs(model, self.backend, self.req_to_token.dummy_row,
+                                       min(config.cuda_graph_max_bs, config.max_running_requests))
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
@@ -42,6 +48,8 @@ class ModelRunner:
             self.plan_sink.send(batch)
         if self.device.type != "cpu":
             batch = batch.to(self.device)
+            if self.graphs is not None and self.graphs.can_run(batch):
+                return self.graphs.run(batch)
         batch.attn_backend = self.backend
         self.backend.prepare(batch)
         return self.model(batch)
