@@ -67,7 +67,7 @@ class EngineConfig:
     watchdog_timeout_s: float = _opt(300.0, "a forward step slower than this is reported and its requests fail")
     speculative_algorithm: str | None = _opt(None, "speculative decoding: 'ngram' (prompt lookup) or 'draft' "
                                              "(self-speculation: the model's first layers + LM head)",
-                                             choices=(None, "ngram", "draft"))
+                                             choices=("ngram", "draft"))
     speculative_num_draft_tokens: int = _opt(4, "speculative decoding: tokens proposed per step")
     speculative_ngram_min: int = _opt(2, "ngram speculation: shortest n-gram matched")
     speculative_ngram_max: int = _opt(4, "ngram speculation: longest n-gram matched")

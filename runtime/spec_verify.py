@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from radixlm.runtime.grammar_steps import accept_sampled
-from radixlm.runtime.request import FinishReason, Req
+from radixlm.runtime.request import Req
 from radixlm.runtime.sampler import process_logits, sampling_probs
 from radixlm.runtime.stopping import check_finished
 
@@ -72,6 +72,3 @@ def _decide(rows: torch.Tensor, reqs: list[Req], drafted: list[int | None]) -> l
             out[i] = (int(torch.multinomial(p, 1, generator=gen)[0]), False)
     return out
 
-
-def finish_reason_or_none(req: Req) -> FinishReason | None:
-    return req.finished
