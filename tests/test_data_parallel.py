@@ -78,6 +78,11 @@ def test_dp2_survives_a_dead_replica(server_process):
         replicas = httpx.get(f"{srv.url}/router_info", timeout=5).json()["replicas"]
         assert [r["up"] for r in replicas] == [True, True]
         assert ask(srv.url, 0, 0)["worker"] in {r["url"] for r in replicas}
+        with httpx.stream("POST", f"{srv.url}/v1/chat/completions", timeout=60, json={
+                "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5, "stream": True}) as r:
+            assert r.headers["x-radixlm-worker"] in {x["url"] for x in replicas}
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]" and len(lines) >= 3  # streamed through the router
         victim = replicas[0]["url"]
         pid = httpx.get(f"{victim}/server_info", timeout=5).json()["api_pid"]
         with ThreadPoolExecutor(8) as pool:

@@ -121,3 +121,19 @@ def test_config_errors():
         Engine.from_model(random_model(SMALL), speculative_algorithm="medusa")
     with pytest.raises(ValueError, match="not supported yet"):
         Engine.from_model(random_model(SMALL), speculative_algorithm="draft", speculative_draft_model="/x")
+
+
+@pytest.mark.slow
+def test_server_reports_acceptance(server_process):
+    import httpx
+
+    srv = server_process("--speculative-algorithm", "ngram", "--max-total-tokens", "4096")
+    try:
+        r = httpx.post(f"{srv.url}/generate", timeout=120, json={"text": PROMPTS[0], "sampling_params": {
+            "temperature": 0, "max_new_tokens": 40}}).json()
+        meta = r["meta_info"]
+        assert meta["spec_verify_ct"] > 0 and meta["spec_accept_length"] > 1.5, meta
+        srv.wait_idle()
+        assert srv.metric("spec_accept_rate") > 0.3 and srv.metric("spec_accept_length") > 1.5
+    finally:
+        srv.stop()
