@@ -40,6 +40,7 @@ class Result:
     prompt_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    chunks: int = 0
     text: str = ""
 
 
@@ -62,6 +63,7 @@ async def completion(client: httpx.AsyncClient, base: str, model: str, messages:
                 for c in chunk.get("choices", []):
                     delta = c.get("delta", {}).get("content")
                     if delta:
+                        res.chunks += 1
                         if not res.text:
                             res.ttft = now - start
                         else:
@@ -72,6 +74,8 @@ async def completion(client: httpx.AsyncClient, base: str, model: str, messages:
                     u = chunk["usage"]
                     res.prompt_tokens, res.output_tokens = u["prompt_tokens"], u["completion_tokens"]
                     res.cached_tokens = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        if not res.output_tokens:  # a server that sends no usage in streams: one chunk is about one token
+            res.output_tokens = res.chunks
         res.e2e, res.ok = time.perf_counter() - start, True
     except httpx.HTTPError as e:
         res.error = repr(e)

