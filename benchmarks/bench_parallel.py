@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,11 +21,7 @@ import time
 import httpx
 from bench_serving import main_async
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from radixlm.runtime.launch import free_port
 
 
 def start(*flags: str, command: str = "serve") -> tuple[subprocess.Popen, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 import torch
@@ -81,8 +82,6 @@ def resolve_backend(name: str, device: torch.device) -> str:
 
 
 def _triton_interpreted() -> bool:
-    import os
-
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 

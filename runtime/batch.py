@@ -88,15 +88,18 @@ def make_verify_batch(reqs: list, drafts: list[list[int]], locs: list[torch.Tens
     )
 
 
-def make_decode_batch(reqs: list, locs: list[torch.Tensor]) -> ForwardBatch:
-    """Each request feeds its last output token at position kv_len."""
+def make_decode_batch(reqs: list, locs: list[torch.Tensor], inputs: list[int] | None = None, offset: int = 0,
+                      num_layers: int | None = None) -> ForwardBatch:
+    """Each request feeds one token at position kv_len + offset: its last output token, or ``inputs[i]``
+    (the self-draft feeds its own guesses at offsets 1, 2, ... through its first ``num_layers`` layers)."""
     return ForwardBatch(
         mode="decode",
-        input_ids=torch.tensor([r.output_ids[-1] for r in reqs], dtype=torch.int64),
-        positions=torch.tensor([r.kv_len for r in reqs], dtype=torch.int64),
+        input_ids=torch.tensor(inputs if inputs is not None else [r.output_ids[-1] for r in reqs], dtype=torch.int64),
+        positions=torch.tensor([r.kv_len + offset for r in reqs], dtype=torch.int64),
         out_cache_loc=torch.cat(locs),
         req_rows=torch.tensor([r.row for r in reqs], dtype=torch.int64),
-        seq_lens=[r.kv_len + 1 for r in reqs],
+        seq_lens=[r.kv_len + offset + 1 for r in reqs],
         extend_lens=[1] * len(reqs),
         logit_rows=torch.arange(len(reqs)),
+        num_layers=num_layers,
     )

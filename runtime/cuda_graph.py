@@ -32,6 +32,7 @@ class DecodeGraphs:
         self.out_cache_loc = torch.zeros(n, dtype=torch.int64, device=dev)
         self.req_rows = torch.full((n,), dummy_row, dtype=torch.int64, device=dev)
         self.seq_lens = torch.ones(n, dtype=torch.int64, device=dev)
+        self.ones = torch.ones(n, dtype=torch.int64, device=dev)  # extend lengths of a decode batch
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.pool = None
@@ -42,7 +43,7 @@ class DecodeGraphs:
         batch = ForwardBatch("decode", self.input_ids[:bs], self.positions[:bs], self.out_cache_loc[:bs],
                              self.req_rows[:bs], [1] * bs, [1] * bs, torch.arange(bs, device=self.input_ids.device))
         batch.attn_backend = self.backend
-        batch.attn_meta = TritonMeta(self.req_rows[:bs], self.seq_lens[:bs], self.seq_lens[:bs], 1)
+        batch.attn_meta = TritonMeta(self.req_rows[:bs], self.seq_lens[:bs], self.ones[:bs], 1)
         return batch
 
     @torch.inference_mode()

@@ -26,7 +26,8 @@ class KVPool:
         self.k_buffer = torch.zeros((cfg.num_layers, *per_layer), dtype=dtype, device=device)
         self.v_buffer = torch.zeros((cfg.num_layers, *per_layer), dtype=dtype, device=device)
         self.num_slots, self.head_major, self.device = num_slots, head_major, torch.device(device)
-        self._ws = [[torch.empty(0, dtype=dtype, device=device)] * 2 for _ in range(2)]
+        self._ws = [[torch.empty(0, dtype=dtype, device=device), torch.empty(0, dtype=dtype, device=device)]
+                    for _ in range(2)]
 
     def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """loc [T] slot indices; k, v [T, Hkv, D]."""

@@ -17,12 +17,12 @@ import torch
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
 from radixlm.runtime.cache_manager import KVCacheManager
 from radixlm.runtime.config import EngineConfig
-from radixlm.runtime.grammar_steps import accept_sampled, jump_forward, poll_compiles
+from radixlm.runtime.grammar_steps import jump_forward, poll_compiles
 from radixlm.runtime.policy import CLIP_MAX_NEW_TOKENS, PrefillBudget, QueueItem, order_queue
 from radixlm.runtime.request import FinishReason, Req
 from radixlm.runtime.sampler import sample
 from radixlm.runtime.spec_decode import SpecDecoder
-from radixlm.runtime.stopping import check_finished
+from radixlm.runtime.stopping import append_token
 
 log = logging.getLogger("radixlm.scheduler")
 
@@ -337,14 +337,11 @@ class Scheduler:
         starts = [len(r.output_ids) for r in reqs]
         for i, req in enumerate(reqs):
             tok = result.tokens[i]
-            req.output_ids.append(tok)
             if req.logprob.return_logprob:
                 req.output_token_logprobs.append((result.logprobs[i], tok))
                 if result.top_logprobs is not None:
                     req.output_top_logprobs.append(result.top_logprobs[i])
-            if req.grammar is not None:
-                req.finished = accept_sampled(req, tok)
-            req.finished = req.finished or check_finished(req, self.decode, self.max_context)
+            append_token(req, tok, self.decode, self.max_context)
         return self._finish_step(reqs, starts)
 
     def _finish_step(self, reqs: list[Req], starts: list[int]) -> list[StepOutput]:

@@ -15,10 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from radixlm.runtime.grammar_steps import accept_sampled
 from radixlm.runtime.request import Req
-from radixlm.runtime.sampler import process_logits, sampling_probs
-from radixlm.runtime.stopping import check_finished
+from radixlm.runtime.sampler import draw, process_logits, sampling_probs
+from radixlm.runtime.stopping import append_token
 
 
 def verify(logits: list[torch.Tensor], reqs: list[Req], drafts: list[list[int]],
@@ -35,10 +34,7 @@ def verify(logits: list[torch.Tensor], reqs: list[Req], drafts: list[list[int]],
         still = []
         for i, (tok, took_draft) in zip(active, tokens, strict=True):
             req = reqs[i]
-            req.output_ids.append(tok)
-            if req.grammar is not None:
-                req.finished = accept_sampled(req, tok)
-            req.finished = req.finished or check_finished(req, decode, max_context)
+            append_token(req, tok, decode, max_context)
             accepted[i] += took_draft
             if took_draft and req.finished is None:
                 still.append(i)
@@ -69,6 +65,6 @@ def _decide(rows: torch.Tensor, reqs: list[Req], drafted: list[int | None]) -> l
                 if p.sum() <= 0:  # p was one-hot on d (rounding): d is the only choice
                     out[i] = (d, True)
                     continue
-            out[i] = (int(torch.multinomial(p, 1, generator=gen)[0]), False)
+            out[i] = (int(draw(p.unsqueeze(0), [reqs[i]])[0]), False)
     return out
 

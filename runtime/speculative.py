@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from radixlm.runtime.batch import ForwardBatch
+from radixlm.runtime.batch import make_decode_batch
 from radixlm.runtime.request import Req
 
 
@@ -93,13 +93,8 @@ class SelfDraftProposer:
         for j in range(max(ks, default=0)):
             live = [i for i, k in enumerate(ks) if k > j]
             inputs = [reqs[i].output_ids[-1] if j == 0 else drafts[i][-1] for i in live]
-            batch = ForwardBatch(
-                mode="decode", input_ids=torch.tensor(inputs, dtype=torch.int64),
-                positions=torch.tensor([reqs[i].kv_len + j for i in live], dtype=torch.int64),
-                out_cache_loc=torch.stack([locs[i][j] for i in live]),
-                req_rows=torch.tensor([reqs[i].row for i in live], dtype=torch.int64),
-                seq_lens=[reqs[i].kv_len + j + 1 for i in live], extend_lens=[1] * len(live),
-                logit_rows=torch.arange(len(live)), num_layers=self.num_layers)
+            batch = make_decode_batch([reqs[i] for i in live], [locs[i][j:j + 1] for i in live], inputs, offset=j,
+                                      num_layers=self.num_layers)
             for i, t in zip(live, self.forward(batch).argmax(dim=-1).tolist(), strict=True):
                 drafts[i].append(t)
         return drafts

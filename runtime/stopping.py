@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from radixlm.runtime.grammar_steps import accept_sampled
 from radixlm.runtime.request import FinishReason, Req
 
 
@@ -27,6 +28,14 @@ def check_finished(req: Req, decode: Callable[[list[int]], str], max_context: in
     if len(req.origin_input_ids) + len(req.output_ids) >= max_context:
         return FinishReason("length")
     return None
+
+
+def append_token(req: Req, token: int, decode: Callable[[list[int]], str], max_context: int) -> None:
+    """Append a chosen token: advance the grammar, then set ``req.finished`` if the request is done."""
+    req.output_ids.append(token)
+    if req.grammar is not None:
+        req.finished = accept_sampled(req, token)
+    req.finished = req.finished or check_finished(req, decode, max_context)
 
 
 def trim_stop(text: str, req: Req) -> str:
