@@ -8,6 +8,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
+QUANT_KINDS = ("none", "int8", "int4")
 
 
 def _opt(default, help_text: str, **extra):
@@ -81,6 +82,10 @@ class EngineConfig:
                                   choices=ATTENTION_BACKENDS)
     disable_cuda_graph: bool = _opt(False, "run decode batches eagerly instead of replaying captured CUDA graphs")
     cuda_graph_max_bs: int = _opt(256, "largest decode batch captured in a CUDA graph (larger ones run eagerly)")
+    quantization: str = _opt("none", "weight-only quantization on the CPU: int8 (per-row) or int4 (groups of 32, "
+                             "like GGUF's Q4_1); the embedding/LM head stays int8", choices=QUANT_KINDS)
+    quantized_prefill: bool = _opt(False, "with --quantization: drop the dense weights and run prefill through the "
+                                   "quantized kernels too (less memory; prefill about 2x slower on the CPU)")
     tp_size: int = _opt(1, "tensor-parallel ranks (one scheduler process each; gloo on the CPU, NCCL on GPUs)")
 
     def __post_init__(self) -> None:
@@ -90,6 +95,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_total_tokens is not None and self.max_total_tokens < 2 * self.page_size:
             raise ValueError(f"max_total_tokens must be >= 2 pages, got {self.max_total_tokens}")
+        if self.quantization not in QUANT_KINDS:
+            raise ValueError(f"quantization must be one of {QUANT_KINDS}, got {self.quantization!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.schedule_policy not in SCHEDULE_POLICIES:

@@ -16,6 +16,7 @@ from radixlm.runtime.layers import (
     ColumnParallelLinear,
     HeadShard,
     RMSNorm,
+    RopeAt,
     RotaryEmbedding,
     RowParallelLinear,
     TPInfo,
@@ -39,14 +40,14 @@ class Attention(nn.Module):
         self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, [q_part, kv_part, kv_part], cfg.qkv_bias)
         self.o_proj = RowParallelLinear(q_part, cfg.hidden_size, tp)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding, batch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeAt, batch) -> torch.Tensor:
         qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = rotary(positions, q, k)
+        q, k = rope(q, k)
         out = batch.attn_backend.forward(q, k, v, self.layer_id, batch)  # [T, Hq D]
         return self.o_proj(out)
 
@@ -70,12 +71,12 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, residual, positions, rotary, batch):
+    def forward(self, x, residual, rope: RopeAt, batch):
         if residual is None:
             residual, x = x, self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(x, positions, rotary, batch)
+        x = self.self_attn(x, rope, batch)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
@@ -99,8 +100,9 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch) -> torch.Tensor:
         """batch.input_ids [T], batch.positions [T] -> logits [R, vocab] float32 for rows batch.logit_rows [R]."""
         x, residual = self.embed_tokens(batch.input_ids), None
+        rope = self.rotary.at(batch.positions, x.dtype)
         for layer in self.layers[: batch.num_layers]:
-            x, residual = layer(x, residual, batch.positions, self.rotary, batch)
+            x, residual = layer(x, residual, rope, batch)
         x = x[batch.logit_rows]
         residual = residual[batch.logit_rows]
         x, _ = self.norm(x, residual)

@@ -10,12 +10,14 @@ from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.kv_pool import KVPool, PageAllocator, ReqToTokenPool
 from radixlm.runtime.layers import HeadShard
 from radixlm.runtime.model_llama import LlamaForCausalLM
+from radixlm.runtime.quantization import quantize_model
 
 
 class ModelRunner:
     """``plan_sink`` (set by the engine on rank 0 of a TP group) broadcasts each batch to the other ranks."""
 
     def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
+        quantize_model(model, config.quantization, keep_dense=not config.quantized_prefill)
         self.model, self.plan_sink = model, None
         cfg = model.cfg
         self.max_context = min(config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)

@@ -75,7 +75,7 @@ def extra_body(system: str, constrained: bool) -> dict:
 
 
 def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
-    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1"}
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_TARGET_DEVICE": "cpu"}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     deadline = time.monotonic() + timeout
