@@ -39,6 +39,7 @@ class DecodeMeta:
     suffix_len: int  # Ls
     mask: torch.Tensor | None  # [1, B, 1, Ls] True = attend; None when no request is padded
     groups: list[PrefixGroup]
+    bias: torch.Tensor | None = None  # the mask as float32 0 / -inf (the fused kernel's form), with groups
 
 
 def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) -> DecodeMeta:
@@ -64,8 +65,11 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) ->
     pos = start.unsqueeze(1) + torch.arange(suffix_len).unsqueeze(0)  # [B, Ls]
     mask = pos < lens.unsqueeze(1)
     idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
-    full = bool(mask.all())
-    return DecodeMeta(idx.reshape(-1), suffix_len, None if full else mask[None, :, None, :], groups)
+    mask = None if bool(mask.all()) else mask[None, :, None, :]
+    bias = None
+    if groups and mask is not None:
+        bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias)
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
@@ -78,6 +82,31 @@ def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     return torch.matmul(p.to(v.dtype), v).float(), m, p.sum(dim=-1, keepdim=True)
 
 
+def _flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None):
+    """q [N, H, Lq, D], k/v [N, H, L, D] -> (out [N, H, Lq, D] float32, lse [N, H, Lq] float32): torch's fused
+    CPU attention kernel, which also returns the log-sum-exp that merging two partial attentions needs."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)
+    return out.float(), lse
+
+
+def _attend_with_groups(qg, k, v, pool: KVPool, layer: int, meta: DecodeMeta) -> torch.Tensor:
+    """Cascade: every request over its own suffix, each group's queries over their shared prefix at once,
+    merged by log-sum-exp. qg [Hkv, B, G, D], k/v [Hkv, B, Ls, D] -> [Hkv, B, G, D] float32."""
+    hkv, _, g, d = qg.shape
+    out, lse = _flash(qg, k, v, meta.bias)
+    for group in meta.groups:
+        kp, vp = pool.gather(layer, group.slots, workspace=1)  # [Hkv, S, D], read once for the group
+        n = len(group.members)
+        qm = qg[:, group.members].reshape(1, hkv, n * g, d)  # all the group's queries at once
+        o2, l2 = _flash(qm, kp.unsqueeze(0), vp.unsqueeze(0), None)
+        o2, l2 = o2.view(hkv, n, g, d), l2.view(hkv, n, g)
+        l1 = lse[:, group.members]
+        top = torch.maximum(l1, l2)
+        w1, w2 = torch.exp(l1 - top).unsqueeze(-1), torch.exp(l2 - top).unsqueeze(-1)
+        out[:, group.members] = (out[:, group.members] * w1 + o2 * w2) / (w1 + w2)
+    return out
+
+
 def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta) -> torch.Tensor:
     """q [B, Hq, D] -> [B, Hq * D]."""
     b, hq, d = q.shape
@@ -88,16 +117,9 @@ def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta
     if not meta.groups and b * meta.suffix_len <= SDPA_MAX_KEYS:  # a group's G queries act as G positions
         out = F.scaled_dot_product_attention(qg, k, v, attn_mask=meta.mask)  # [Hkv, B, G, D]
         return out.permute(1, 0, 2, 3).reshape(b, hq * d)
-    out, m, s = _partial(qg, k, v, meta.mask)
-    for group in meta.groups:
-        kp, vp = pool.gather(layer, group.slots, workspace=1)  # [Hkv, S, D], read once for the group
-        n = len(group.members)
-        qm = qg[:, group.members].reshape(hkv, n * (hq // hkv), d)  # all the group's queries at once
-        o2, m2, s2 = (t.view(hkv, n, hq // hkv, -1) for t in _partial(qm, kp, vp, None))
-        o1, m1, s1 = out[:, group.members], m[:, group.members], s[:, group.members]
-        top = torch.maximum(m1, m2)
-        a1, a2 = torch.exp(m1 - top), torch.exp(m2 - top)
-        out[:, group.members] = o1 * a1 + o2 * a2
-        s[:, group.members] = s1 * a1 + s2 * a2
-    out = (out / s).to(q.dtype)  # [Hkv, B, G, D]
-    return out.permute(1, 0, 2, 3).reshape(b, hq * d)
+    if meta.groups:
+        out = _attend_with_groups(qg, k, v, pool, layer, meta)
+    else:
+        out, _, s = _partial(qg, k, v, meta.mask)
+        out = out / s
+    return out.to(q.dtype).permute(1, 0, 2, 3).reshape(b, hq * d)  # [Hkv, B, G, D] -> [B, Hq D]

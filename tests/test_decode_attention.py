@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from radixlm.runtime.config import ModelConfig
@@ -44,3 +45,31 @@ def test_cascade_matches_reference():
     got = decode_attention(q, pool, 0, meta)
     assert torch.allclose(got, reference(q, pool, table, lens), atol=1e-5)
     assert meta.suffix_len < max(lens)  # the shared prefix is not gathered per request
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lens", [[33], [5, 70, 12], [900, 700, 1000]])  # one request / SDPA path / chain path
+def test_paths_without_shared_prefixes_match_reference(dtype, lens):
+    gen = torch.Generator().manual_seed(1)
+    pool = KVPool(CFG, 4096, dtype, 2)
+    pool.k_buffer.copy_(torch.randn(pool.k_buffer.shape, generator=gen))
+    pool.v_buffer.copy_(torch.randn(pool.v_buffer.shape, generator=gen))
+    table = torch.zeros(len(lens), 1024, dtype=torch.int64)
+    slots = torch.randperm(4000, generator=gen) + 1
+    start = 0
+    for i, n in enumerate(lens):
+        table[i, :n] = slots[start:start + n]
+        start += n
+    meta = plan_decode(table, torch.arange(len(lens)), lens)
+    assert not meta.groups and (meta.mask is None) == (len(set(lens)) == 1)
+    q = torch.randn(len(lens), 4, 8, generator=gen).to(dtype)
+    got = decode_attention(q, pool, 0, meta).float()
+    want = reference(q.float(), _as_float(pool), table, lens)
+    assert torch.allclose(got, want, atol=1e-5 if dtype == torch.float32 else 3e-2)
+
+
+def _as_float(pool: KVPool) -> KVPool:
+    out = KVPool(CFG, pool.k_buffer.shape[2], torch.float32, 2)
+    out.k_buffer.copy_(pool.k_buffer.float())
+    out.v_buffer.copy_(pool.v_buffer.float())
+    return out

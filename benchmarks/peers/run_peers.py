@@ -52,9 +52,9 @@ def gguf_path() -> str:
                         "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def command(system: str, port: int, peers: str) -> list[str] | None:
+def command(system: str, port: int, peers: str, radixlm_flags: list[str]) -> list[str] | None:
     if system == "radixlm":
-        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port)]
+        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *radixlm_flags]
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")
         return [py, "-m", "llama_cpp.server", "--model", gguf_path(), "--host", "127.0.0.1", "--port", str(port),
@@ -75,7 +75,7 @@ def extra_body(system: str, constrained: bool) -> dict:
 
 
 def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
-    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_TARGET_DEVICE": "cpu"}
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4"}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -92,8 +92,8 @@ def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
     raise RuntimeError(f"{cmd[0]} did not start in {timeout:.0f} s")
 
 
-def run_system(system: str, workloads: list[str], peers: str, port: int) -> dict:
-    cmd = command(system, port, peers)
+def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm_flags: list[str]) -> dict:
+    cmd = command(system, port, peers, radixlm_flags)
     if cmd is None:
         return {"error": "not set up (see benchmarks/peers/setup_*.sh)"}
     url = f"http://127.0.0.1:{port}"
@@ -123,8 +123,12 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--port", type=int, default=31234)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--radixlm-flags", default="--quantization int4",
+                    help="server flags for radixlm (default: int4 weights, as llama.cpp serves the Q4_1 file)")
     args = ap.parse_args()
-    results = {s: run_system(s, args.workloads, os.path.abspath(args.peers_dir), args.port) for s in args.systems}
+    flags = args.radixlm_flags.split()
+    results = {s: run_system(s, args.workloads, os.path.abspath(args.peers_dir), args.port, flags)
+               for s in args.systems}
     print(f"\n{time.strftime('%Y-%m-%d')}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct")
     print("| workload | system | output tok/s | mean TTFT (ms) | mean TPOT (ms) | radixlm / this |")
     print("|---|---|---|---|---|---|")
