@@ -46,8 +46,11 @@ def main() -> None:
     print(f"SmolLM2-135M: {params / 1e6:.1f} M parameters read per decode step")
     print("| weights | bytes per step | decode ceiling (tok/s, batch 1) |")
     print("|---|---|---|")
-    for name, bits in (("float32", 32), ("bfloat16", 16), ("int8", 8), ("int4 (Q4_1: 5 bits with scales)", 5)):
-        nbytes = params * bits / 8
+    head = cfg.vocab_size * cfg.hidden_size  # the tied embedding / LM head
+    rows = (("float32", params * 4), ("bfloat16", params * 2), ("int8", params * 1),
+            ("int4 everywhere (Q4_1: 5 bits with scales)", params * 5 / 8),
+            ("radixlm --quantization int4 (int4 layers, int8 LM head)", (params - head) * 5 / 8 + head))
+    for name, nbytes in rows:
         print(f"| {name} | {nbytes / 1e6:.0f} MB | {bw / nbytes:.0f} |")
 
 

@@ -13,14 +13,16 @@ from radixlm.runtime.config import EngineConfig, ParallelConfig, RouterConfig, S
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config_cls: type) -> None:
-    """One ``--kebab-case`` flag per dataclass field; bools become store_true flags."""
+    """One ``--kebab-case`` flag per dataclass field; bools become store_true flags, or ``--flag`` /
+    ``--no-flag`` pairs when they default to True."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
         flag = "--" + f.name.replace("_", "-")
         kind = _base_type(hints[f.name])
         help_text = f.metadata.get("help", "")
         if kind is bool:
-            parser.add_argument(flag, action="store_true", default=f.default, help=help_text)
+            action = argparse.BooleanOptionalAction if f.default else "store_true"
+            parser.add_argument(flag, action=action, default=f.default, help=help_text)
         else:
             parser.add_argument(flag, type=kind, default=f.default, choices=f.metadata.get("choices"),
                                 help=f"{help_text} (default: {f.default})")

@@ -50,6 +50,8 @@ class EngineConfig:
     chunked_prefill_size: int = _opt(1024, "largest prefill chunk of one request, in tokens")
     max_prefill_tokens: int = _opt(4096, "largest prefill batch, in tokens")
     max_running_requests: int = _opt(64, "most requests decoding at once")
+    enable_mixed_chunk: bool = _opt(False, "running requests decode their next token inside a prefill batch "
+                                    "instead of waiting for it (slower on the CPU: see README)")
     max_queued_requests: int | None = _opt(None, "reject new requests beyond this many waiting")
     schedule_policy: str = _opt("lpm", "order of the waiting queue", choices=SCHEDULE_POLICIES)
     schedule_conservativeness: float = _opt(1.0, "above 1 reserves more KV for running requests")

@@ -53,7 +53,7 @@ class Scheduler:
         self.failures: dict[str, str] = {}  # rid -> why it must fail (the watchdog)
         self.init_ratio = min(1.0, 0.7 * config.schedule_conservativeness)
         self.new_token_ratio = self.init_ratio
-        self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0,
+        self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "mixed_decode_steps": 0,
                       "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
         self.spec = SpecDecoder(config, forward, cache, decode, max_context) \
             if config.speculative_algorithm else None
@@ -101,7 +101,7 @@ class Scheduler:
             outputs += [StepOutput(r, [], True) for r in failed]
         entries = self._schedule_prefill()
         if entries:
-            outputs += self._run_prefill(entries)
+            outputs += self._run_prefill(entries, self._mixed_riders())
         else:
             reqs, locs, plan = self._schedule_decode()
             if reqs:
@@ -210,10 +210,25 @@ class Scheduler:
             positions.append(end - 1)
         return positions
 
-    def _run_prefill(self, entries: list[ExtendEntry]) -> list[StepOutput]:
-        logits = self._forward(make_extend_batch(entries), [e.req for e in entries])
+    def _mixed_riders(self) -> list[ExtendEntry]:
+        """Running requests that decode their next token inside this prefill batch (mixed chunk), so a
+        prefill does not stall them for a step. Only when their KV fits without retracting anyone, and
+        not with speculation (its verify steps are batches of their own)."""
+        if not self.cfg.enable_mixed_chunk or self.spec is not None or not self.running:
+            return []
+        need = sum(self.cache.pages_needed(r, 1) for r in self.running)
+        if not self.cache.ensure_free_pages(need):
+            return []
+        return [ExtendEntry(r, r.kv_len, 1, self.cache.extend(r, 1), [r.kv_len]) for r in self.running]
+
+    def _run_prefill(self, entries: list[ExtendEntry], riders: list[ExtendEntry]) -> list[StepOutput]:
+        reqs = [e.req for e in entries + riders]
+        logits = self._forward(make_extend_batch(entries + riders), reqs)
         self.stats["prefill_steps"] += 1
         outputs, row = [], 0
+        if riders:  # their rows come last, one each
+            self.stats["mixed_decode_steps"] += 1
+            outputs += self._decode_tail([e.req for e in riders], logits[len(logits) - len(riders):])
         for e in entries:
             req, k = e.req, len(e.logit_positions)
             req_logits = logits[row:row + k]
@@ -328,6 +343,10 @@ class Scheduler:
             self._watch(start, "verify", reqs)
             return self._finish_step(reqs, starts)
         logits = self._forward(make_decode_batch(reqs, locs), reqs)
+        return self._decode_tail(reqs, logits)
+
+    def _decode_tail(self, reqs: list[Req], logits: torch.Tensor) -> list[StepOutput]:
+        """After a forward that fed each request its last token: count the KV, sample the next one."""
         for r in reqs:
             r.kv_len += 1
         return self._sample_and_finish(reqs, logits)

@@ -154,3 +154,19 @@ def test_request_table_leak_is_named(engine):
     with pytest.raises(RuntimeError, match="request-table leak"):
         engine.check_invariants()
     engine.runner.req_to_token.free(row)
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_mixed_chunk_decodes_inside_prefill_batches(tiny_model, mixed):
+    """A long prompt prefilled in 16-token chunks while short ones decode: with mixed chunks the short ones
+    decode inside those prefill batches; greedy tokens equal one-at-a-time runs either way, KV intact."""
+    e = Engine.from_model(tiny_model, None, check_invariants=True, max_total_tokens=4096, chunked_prefill_size=16,
+                          enable_mixed_chunk=mixed)
+    prompts = [prompt(4, 1), prompt(150, 2), prompt(9, 3)]
+    greedy = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
+    together = e.generate(input_ids=prompts, sampling_params=greedy)
+    riders = e.scheduler.stats["mixed_decode_steps"]
+    alone = [e.generate(input_ids=p, sampling_params=greedy) for p in prompts]
+    assert [r["output_ids"] for r in together] == [r["output_ids"] for r in alone]
+    assert (riders > 0) == mixed
+    e.check_invariants()
