@@ -1,6 +1,7 @@
 """radixlm against the engines a CPU user would pick instead, same model, same prompts, same run.
 
-    python benchmarks/peers/run_peers.py [--peers-dir ../peers] [--systems radixlm llamacpp vllm]
+    python benchmarks/peers/run_peers.py [--peers-dir ../peers]
+                                         [--systems radixlm llamaserver llamaserver1 llamacpp vllm]
                                          [--workloads A B C D E]
 
 Each system is started on 127.0.0.1, driven by bench_serving (chat endpoint, greedy), and stopped before
@@ -11,7 +12,10 @@ whose setup is missing is reported as not run. Workloads (the CPU performance is
   C  one request, 128-token prompt, 256 out (single-stream decode)
   D  multi-turn chat, 8 conversations x 4 turns, 32 out, concurrency 8
   E  JSON-schema-constrained extraction, 64 out at most, concurrency 8
-llama-cpp-python's server sends no usage in streams: output tokens are counted as streamed chunks there.
+Peers: llamaserver = llama.cpp's C++ `llama-server` with 8 parallel slots, llamaserver1 = the same with one
+slot (its best setting for single-stream decode), llamacpp = llama-cpp-python's Python server (one request at a
+time), vllm = vLLM for the CPU (bf16). llama-cpp-python's server sends no usage in streams: output tokens are
+counted as streamed chunks there.
 """
 
 from __future__ import annotations
@@ -61,6 +65,11 @@ def command(system: str, port: int, peers: str, radixlm_flags: list[str]) -> lis
                 "--n_ctx", "8192", "--n_threads", str(os.cpu_count()), "--model_alias", "default",
                 "--interrupt_requests", "False"] \
             if os.path.exists(py) else None
+    if system.startswith("llamaserver"):  # llama.cpp's own C++ server: 8 parallel slots, or 1 ("llamaserver1")
+        exe = os.path.join(peers, "llama-server")
+        slots = "1" if system == "llamaserver1" else "8"
+        return [exe, "-m", gguf_path(), "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
+                "-np", slots, "-c", str(2048 * int(slots)), "-a", "default"] if os.path.exists(exe) else None
     exe = os.path.join(peers, "vllm", "bin", "vllm")
     return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", "default", "--dtype", "bfloat16"] if os.path.exists(exe) else None
@@ -116,10 +125,26 @@ def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm
     return out
 
 
+def print_summary(results: dict, workloads: list[str]) -> None:
+    """radixlm against the best peer of each workload: throughput ratio, and TTFT against the lowest."""
+    print("\n| workload | radixlm tok/s | best peer | its tok/s | radixlm / best | radixlm TTFT ms | lowest peer TTFT ms |")
+    print("|---|---|---|---|---|---|---|")
+    for w in workloads:
+        ours = results.get("radixlm", {}).get(w)
+        peers = {s: r[w] for s, r in results.items() if s != "radixlm" and "error" not in r and w in r}
+        if not ours or not peers:
+            continue
+        best = max(peers, key=lambda s: peers[s]["output_throughput"])
+        ttft = min(p["mean_ttft_ms"] for p in peers.values())
+        print(f"| {w} | {ours['output_throughput']:.1f} | {best} | {peers[best]['output_throughput']:.1f} | "
+              f"{ours['output_throughput'] / peers[best]['output_throughput']:.2f}x | {ours['mean_ttft_ms']:.0f} | "
+              f"{ttft:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peers-dir", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "peers"))
-    ap.add_argument("--systems", nargs="+", default=["radixlm", "llamacpp", "vllm"])
+    ap.add_argument("--systems", nargs="+", default=["radixlm", "llamaserver", "llamaserver1", "vllm"])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--port", type=int, default=31234)
     ap.add_argument("--out", default=None)
@@ -143,6 +168,7 @@ def main() -> None:
                 if ours and r["output_throughput"] else "-"
             print(f"| {w} | {s} | {r['output_throughput']:.1f} | {r['mean_ttft_ms']:.0f} | {r['mean_tpot_ms']:.1f} | "
                   f"{ratio} |")
+    print_summary(results, args.workloads)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
