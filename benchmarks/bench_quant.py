@@ -1,0 +1,82 @@
+"""Weight-only quantization on the CPU, all in one run: the 30 layers' matmuls per token (kernels alone), and
+decode speed of the whole engine per weight format, as ratios against bfloat16.
+
+    python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 4] [--batch 1 8]
+
+Kernels: SmolLM2's four linear shapes x 30 distinct layers (so weights stream from memory, as in a real
+step), median of 15 passes. Engine: greedy, ``ignore_eos``, a ~64-token prompt per request, best of
+``--repeats`` runs (the prompt is cached after the first, so this is decode speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.quantization import QuantWeight
+
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down (N, K)
+
+
+def layer_matmuls_ms(kind: str, rows: int, layers: int = 30) -> float:
+    gen = torch.Generator().manual_seed(0)
+    weights = []
+    for _ in range(layers):
+        for n, k in SHAPES:
+            w = torch.randn(n, k, generator=gen, dtype=torch.float32).to(torch.bfloat16)
+            weights.append(w if kind == "bf16" else QuantWeight.quantize(w, kind, torch.bfloat16))
+    xs = {k: torch.randn(rows, k, dtype=torch.bfloat16) for _, k in SHAPES}
+
+    def step() -> float:
+        t = time.perf_counter()
+        for w in weights:
+            x = xs[w.shape[1] if kind == "bf16" else _in_features(w)]
+            torch.nn.functional.linear(x, w) if kind == "bf16" else w.matmul(x)
+        return time.perf_counter() - t
+
+    step()
+    return sorted(step() for _ in range(15))[7] * 1e3
+
+
+def _in_features(w: QuantWeight) -> int:
+    return w.data.shape[1] * (2 if w.kind == "int4" else 1)
+
+
+def engine_tok_s(dtype: str, quantization: str, batch: int, new_tokens: int, repeats: int) -> float:
+    engine = Engine(progress=False, dtype=dtype, quantization=quantization)
+    prompts = [f"Question {i}: write a long story about a dragon number {i} and a knight. " * 4 for i in range(batch)]
+    sp = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
+    engine.generate(prompts, {**sp, "max_new_tokens": 4})
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        engine.generate(prompts, sp)
+        best = min(best, time.perf_counter() - t)
+    return batch * new_tokens / best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    args = ap.parse_args()
+    print("| 30 layers' matmuls | " + " | ".join(f"{r} row(s) ms" for r in (1, 8, 64)) + " |")
+    print("|---|---|---|---|")
+    for kind in ("bf16", "int8", "int4"):
+        print(f"| {kind} | " + " | ".join(f"{layer_matmuls_ms(kind, r):.1f}" for r in (1, 8, 64)) + " |")
+    configs = [("float32", "none"), ("bfloat16", "none"), ("bfloat16", "int8"), ("bfloat16", "int4")]
+    print("\n| weights | " + " | ".join(f"batch {b} tok/s | vs bf16" for b in args.batch) + " |")
+    print("|---|" + "---|---|" * len(args.batch))
+    results = {c: [engine_tok_s(*c, b, args.new_tokens, args.repeats) for b in args.batch] for c in configs}
+    base = results[("bfloat16", "none")]
+    for (dtype, quant), speeds in results.items():
+        cells = " | ".join(f"{s:.1f} | {s / b:.2f}x" for s, b in zip(speeds, base, strict=True))
+        print(f"| {dtype}{'' if quant == 'none' else ' + ' + quant} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()
