@@ -113,3 +113,45 @@ def test_quantized_smollm2_keeps_the_file_precision(smol_files, smol_tokenizer):
     quant = nll(torch.bfloat16, quantization="int4", quantized_prefill=True)
     print(f"NLL float32 {base:.4f}, bf16 + int4 {quant:.4f}")
     assert abs(quant - base) < 0.01 * base
+
+
+def test_cli_flags_for_quantization_and_true_defaults():
+    """The generated CLI: --quantization takes the kinds, and bools that default to True get --no-* forms."""
+    import argparse
+
+    from radixlm.runtime.cli import add_config_flags, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, EngineConfig)
+    cfg = config_from_args(parser.parse_args(["--quantization", "int4", "--quantized-prefill", "--no-jump-forward"]),
+                           EngineConfig)
+    assert (cfg.quantization, cfg.quantized_prefill, cfg.jump_forward) == ("int4", True, False)
+    assert config_from_args(parser.parse_args([]), EngineConfig).jump_forward is True
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--quantization", "int3"])
+
+
+def test_server_serves_int4_weights(server_process):
+    """The whole server over HTTP with --quantization int4: a chat completion and a JSON-constrained one."""
+    import json
+
+    import httpx
+
+    srv = server_process("--quantization", "int4", "--max-total-tokens", "4096")
+    try:
+        info = httpx.get(f"{srv.url}/server_info", timeout=5).json()
+        assert info["engine"]["quantization"] == "int4"
+        body = {"model": "default", "messages": [{"role": "user", "content": "Name a colour."}],
+                "max_tokens": 8, "temperature": 0}
+        res = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=120)
+        assert res.status_code == 200 and res.json()["usage"]["completion_tokens"] > 0
+        schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 12}},
+                  "required": ["colour"]}
+        body |= {"max_tokens": 32, "response_format": {"type": "json_schema",
+                                                       "json_schema": {"name": "c", "schema": schema}}}
+        res = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=120)
+        assert res.status_code == 200
+        assert set(json.loads(res.json()["choices"][0]["message"]["content"])) == {"colour"}
+        assert srv.wait_idle()["running"] == 0
+    finally:
+        assert srv.stop() == 0
