@@ -114,7 +114,7 @@ def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta
     hkv = k.shape[0]
     qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]: query heads by their KV head
     k, v = k.view(hkv, b, meta.suffix_len, d), v.view(hkv, b, meta.suffix_len, d)
-    if not meta.groups and b * meta.suffix_len <= SDPA_MAX_KEYS:  # a group's G queries act as G positions
+    if not meta.groups and b * meta.suffix_len <= SDPA_MAX_KEYS:  # a KV head's G query heads act as G positions
         out = F.scaled_dot_product_attention(qg, k, v, attn_mask=meta.mask)  # [Hkv, B, G, D]
         return out.permute(1, 0, 2, 3).reshape(b, hq * d)
     if meta.groups:

@@ -64,9 +64,6 @@ class QuantWeight:
         w_t = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.data, INT4_GROUP, self.scales)  # [K, Np]
         return w_t.float().t()[: self.out_features].contiguous()
 
-    def nbytes(self) -> int:
-        return self.data.numel() * self.data.element_size() + self.scales.numel() * self.scales.element_size()
-
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """w [N, K] -> (q int8 [N, K], scales float32 [N]) with w ~= q * scale, symmetric per row."""

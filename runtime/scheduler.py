@@ -216,10 +216,10 @@ class Scheduler:
         not with speculation (its verify steps are batches of their own)."""
         if not self.cfg.enable_mixed_chunk or self.spec is not None or not self.running:
             return []
-        need = sum(self.cache.pages_needed(r, 1) for r in self.running)
-        if not self.cache.ensure_free_pages(need):
+        locs = self._extend_all(self.running, [1] * len(self.running))
+        if locs is None:
             return []
-        return [ExtendEntry(r, r.kv_len, 1, self.cache.extend(r, 1), [r.kv_len]) for r in self.running]
+        return [ExtendEntry(r, r.kv_len, 1, loc, [r.kv_len]) for r, loc in zip(self.running, locs, strict=True)]
 
     def _run_prefill(self, entries: list[ExtendEntry], riders: list[ExtendEntry]) -> list[StepOutput]:
         reqs = [e.req for e in entries + riders]
@@ -290,15 +290,22 @@ class Scheduler:
             plan = None
         while self.running:
             sizes = [1 + s for s in SpecDecoder.sizes(plan)] if plan else [1] * len(self.running)
-            need = sum(self.cache.pages_needed(r, n) for r, n in zip(self.running, sizes, strict=True))
-            if self.cache.ensure_free_pages(need):
-                locs = [self.cache.extend(r, n) for r, n in zip(self.running, sizes, strict=True)]
+            locs = self._extend_all(self.running, sizes)
+            if locs is not None:
                 return list(self.running), locs, plan
             if plan is not None:
                 plan = None
                 continue
             self._retract_one()
         return [], [], None
+
+    def _extend_all(self, reqs: list[Req], sizes: list[int]) -> list[torch.Tensor] | None:
+        """KV slots for ``sizes[i]`` more tokens of each request (evicting cached prefixes if needed), or None
+        (nothing allocated) when they do not all fit."""
+        need = sum(self.cache.pages_needed(r, n) for r, n in zip(reqs, sizes, strict=True))
+        if not self.cache.ensure_free_pages(need):
+            return None
+        return [self.cache.extend(r, n) for r, n in zip(reqs, sizes, strict=True)]
 
     def _retract_one(self) -> None:
         """Out of KV for the next decode step: requeue the request with the fewest generated tokens."""
