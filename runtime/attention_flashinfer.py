@@ -42,10 +42,10 @@ class FlashInferAttentionBackend:
 
     def prepare(self, batch: ForwardBatch) -> None:
         pool, dev = self.pool, self.pool.device
-        num_kv, dim = pool.k_buffer.shape[2], pool.k_buffer.shape[3]
+        num_kv, dim = pool.k_buffer[0].shape[1], pool.k_buffer[0].shape[2]
         indptr, indices, last = page_table(self.req_to_token.table, batch.req_rows.tolist(), batch.seq_lens,
                                            self.page, dev)
-        dtype = pool.k_buffer.dtype
+        dtype = pool.dtype
         if batch.mode == "decode":
             self.decode.plan(indptr, indices, last, self.num_q_heads, num_kv, dim, self.page,
                              q_data_type=dtype, kv_data_type=dtype)

@@ -92,19 +92,46 @@ def _flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
 def _attend_with_groups(qg, k, v, pool: KVPool, layer: int, meta: DecodeMeta) -> torch.Tensor:
     """Cascade: every request over its own suffix, each group's queries over their shared prefix at once,
     merged by log-sum-exp. qg [Hkv, B, G, D], k/v [Hkv, B, Ls, D] -> [Hkv, B, G, D] float32."""
-    hkv, _, g, d = qg.shape
     out, lse = _flash(qg, k, v, meta.bias)
     for group in meta.groups:
         kp, vp = pool.gather(layer, group.slots, workspace=1)  # [Hkv, S, D], read once for the group
-        n = len(group.members)
-        qm = qg[:, group.members].reshape(1, hkv, n * g, d)  # all the group's queries at once
-        o2, l2 = _flash(qm, kp.unsqueeze(0), vp.unsqueeze(0), None)
-        o2, l2 = o2.view(hkv, n, g, d), l2.view(hkv, n, g)
-        l1 = lse[:, group.members]
-        top = torch.maximum(l1, l2)
-        w1, w2 = torch.exp(l1 - top).unsqueeze(-1), torch.exp(l2 - top).unsqueeze(-1)
-        out[:, group.members] = (out[:, group.members] * w1 + o2 * w2) / (w1 + w2)
+        merge_prefix(out, lse, qg, kp, vp, group.members)
     return out
+
+
+def merge_prefix(out: torch.Tensor, lse: torch.Tensor, qg: torch.Tensor, kp: torch.Tensor, vp: torch.Tensor,
+                 members: torch.Tensor) -> None:
+    """Fold one group's shared prefix kp, vp [Hkv, S, D] into the attention its ``members`` [n] already have
+    over their own suffixes (out [Hkv, B, G, D] float32, updated in place; lse [Hkv, B, G])."""
+    hkv, _, g, d = qg.shape
+    n = members.shape[0]
+    qm = qg[:, members].reshape(1, hkv, n * g, d)  # all the group's queries at once
+    o2, l2 = _flash(qm, kp.unsqueeze(0), vp.unsqueeze(0), None)
+    o2, l2 = o2.view(hkv, n, g, d), l2.view(hkv, n, g)
+    l1 = lse[:, members]
+    top = torch.maximum(l1, l2)
+    w1, w2 = torch.exp(l1 - top).unsqueeze(-1), torch.exp(l2 - top).unsqueeze(-1)
+    out[:, members] = (out[:, members] * w1 + o2 * w2) / (w1 + w2)
+
+
+def traced_decode_attention(q: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, idx: torch.Tensor,
+                            mask: torch.Tensor, members: torch.Tensor | None,
+                            prefix: torch.Tensor | None) -> torch.Tensor:
+    """decode_attention for torch.compile: the same math with no branch on sizes (one graph serves every
+    batch), at most one shared-prefix group, and fresh gathers instead of the pool's workspaces.
+    q [B, Hq, D]; kb, vb one layer's [Hkv, S, D]; idx [B * Ls]; mask [1, B, 1, Ls] bool; members [n] and
+    prefix [P] slots of the group, or None -> [B, Hq * D]."""
+    b, hq, d = q.shape
+    hkv, ls = kb.shape[0], mask.shape[-1]
+    qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]
+    k, v = kb.index_select(1, idx).view(hkv, b, ls, d), vb.index_select(1, idx).view(hkv, b, ls, d)
+    if members is None:
+        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask)
+    else:
+        bias = torch.zeros(mask.shape, dtype=torch.float32).masked_fill(~mask, float("-inf"))
+        out, lse = _flash(qg, k, v, bias)
+        merge_prefix(out, lse, qg, kb.index_select(1, prefix), vb.index_select(1, prefix), members)
+    return out.to(q.dtype).permute(1, 0, 2, 3).reshape(b, hq * d)
 
 
 def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta) -> torch.Tensor:

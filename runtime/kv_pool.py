@@ -14,6 +14,9 @@ from radixlm.runtime.config import ModelConfig
 class KVPool:
     """K and V of every token slot, head-major: k_buffer[layer] is [Hkv, num_slots, D].
 
+    One tensor per layer (not one [L, ...] tensor): the compiled CPU decode step writes each layer's new
+    K/V in place, which torch.compile does only for a whole input tensor, not for a view into a bigger one.
+
     Head-major keeps each head's gathered keys contiguous, so attention runs as plain batched matmuls.
     Gathers go into two reused workspaces: a fresh tensor of tens of MB per layer would be page-faulted in
     on every call (it measured 6x slower than the copy itself on this CPU).
@@ -23,8 +26,9 @@ class KVPool:
                  device: torch.device | str = "cpu", head_major: bool = True) -> None:
         """``head_major=False``: token-major k_buffer[layer] [S, Hkv, D], the layout FlashInfer reads (NHD)."""
         per_layer = (num_kv_heads, num_slots, cfg.head_dim) if head_major else (num_slots, num_kv_heads, cfg.head_dim)
-        self.k_buffer = torch.zeros((cfg.num_layers, *per_layer), dtype=dtype, device=device)
-        self.v_buffer = torch.zeros((cfg.num_layers, *per_layer), dtype=dtype, device=device)
+        self.k_buffer = [torch.zeros(per_layer, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
+        self.v_buffer = [torch.zeros(per_layer, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
+        self.dtype = dtype
         self.num_slots, self.head_major, self.device = num_slots, head_major, torch.device(device)
         self._ws = [[torch.empty(0, dtype=dtype, device=device), torch.empty(0, dtype=dtype, device=device)]
                     for _ in range(2)]

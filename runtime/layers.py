@@ -87,7 +87,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
            quant: QuantWeight | None) -> torch.Tensor:
     """x [T, K] -> [T, N]: the quantized kernel for small batches (or always, once the dense weight is
     dropped), the dense matmul otherwise."""
-    if quant is not None and (weight is None or x.shape[0] <= quant.max_rows):
+    if quant is not None and quant.preferred(x.shape[0], weight is not None):
         y = quant.matmul(x)
         return y if bias is None else y + bias
     return F.linear(x, weight, bias)

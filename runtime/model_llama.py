@@ -5,7 +5,7 @@ Shapes: T tokens in the flattened batch, H hidden size, Hq/Hkv local query/KV he
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +24,9 @@ from radixlm.runtime.layers import (
     split_range,
 )
 
+# attend(q [T, Hq, D], k [T, Hkv, D], v, layer) -> [T, Hq D]: stores k, v in the KV pool, then attends
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+
 # HF weight name fragment -> (our module fragment, shard index within a stacked weight)
 _STACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
             "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
@@ -40,7 +43,7 @@ class Attention(nn.Module):
         self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, [q_part, kv_part, kv_part], cfg.qkv_bias)
         self.o_proj = RowParallelLinear(q_part, cfg.hidden_size, tp)
 
-    def forward(self, x: torch.Tensor, rope: RopeAt, batch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeAt, attend: Attend) -> torch.Tensor:
         qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
@@ -48,7 +51,7 @@ class Attention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = rope(q, k)
-        out = batch.attn_backend.forward(q, k, v, self.layer_id, batch)  # [T, Hq D]
+        out = attend(q, k, v, self.layer_id)  # [T, Hq D]
         return self.o_proj(out)
 
 
@@ -71,12 +74,12 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, residual, rope: RopeAt, batch):
+    def forward(self, x, residual, rope: RopeAt, attend: Attend):
         if residual is None:
             residual, x = x, self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(x, rope, batch)
+        x = self.self_attn(x, rope, attend)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
@@ -99,12 +102,21 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, batch) -> torch.Tensor:
         """batch.input_ids [T], batch.positions [T] -> logits [R, vocab] float32 for rows batch.logit_rows [R]."""
-        x, residual = self.embed_tokens(batch.input_ids), None
-        rope = self.rotary.at(batch.positions, x.dtype)
-        for layer in self.layers[: batch.num_layers]:
-            x, residual = layer(x, residual, rope, batch)
-        x = x[batch.logit_rows]
-        residual = residual[batch.logit_rows]
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+            return batch.attn_backend.forward(q, k, v, layer, batch)
+
+        return self.compute(batch.input_ids, batch.positions, attend, batch.logit_rows, batch.num_layers)
+
+    def compute(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Attend,
+                logit_rows: torch.Tensor | None = None, num_layers: int | None = None) -> torch.Tensor:
+        """input_ids, positions [T] -> logits [R, vocab] float32 for rows ``logit_rows`` [R] (None: all T).
+        ``attend(q, k, v, layer)`` stores the new K/V and attends; the compiled CPU decode step traces this."""
+        x, residual = self.embed_tokens(input_ids), None
+        rope = self.rotary.at(positions, x.dtype)
+        for layer in self.layers[:num_layers]:
+            x, residual = layer(x, residual, rope, attend)
+        if logit_rows is not None:
+            x, residual = x[logit_rows], residual[logit_rows]
         x, _ = self.norm(x, residual)
         return self.lm_head.logits(x)
 

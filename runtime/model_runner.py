@@ -36,7 +36,12 @@ class ModelRunner:
         self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page, self.device)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
         self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads)
-        self.graphs = None
+        self.graphs = self.compiled = None
+        if self.device.type == "cpu" and config.enable_torch_compile:
+            from radixlm.runtime.compiled_decode import CompiledDecode
+
+            self.compiled = CompiledDecode(model, self.pool, min(config.torch_compile_max_bs,
+                                                                 config.max_running_requests))
         if self.device.type == "cuda" and self.backend_name == "triton" and not config.disable_cuda_graph:
             from radixlm.runtime.cuda_graph import DecodeGraphs
 
@@ -54,4 +59,6 @@ class ModelRunner:
                 return self.graphs.run(batch)
         batch.attn_backend = self.backend
         self.backend.prepare(batch)
+        if self.compiled is not None and self.compiled.can_run(batch):
+            return self.compiled.run(batch)
         return self.model(batch)

@@ -21,9 +21,10 @@ from radixlm.runtime.config import QUANT_KINDS
 
 INT4_GROUP = 32
 # Largest batch (rows of x) for which the quantized kernel beats the dense bf16 matmul on the CPU
-# (measured over SmolLM2's shapes: int4 3.7 vs 15.2 ms at 1 row, 21 vs 23 at 16, 82 vs 48 at 64; int8's
-# kernel falls behind bf16 beyond 4 rows: its 49k-row LM head took 7.2 ms at 8 rows vs 5.3 for bf16).
-QUANT_MAX_ROWS = {"int8": 4, "int4": 16}
+# (measured over SmolLM2's shapes: int4 3.7 vs 15.2 ms at 1 row, 21 vs 23 at 16, 82 vs 48 at 64). int8's
+# kernel wins clearly only at one row (49k-row LM head: 1.8 vs 3.4 ms at 1 row, 3.0 vs 3.9 at 4, 5.6 vs 4.6
+# at 8): one row only, which also keeps the compiled decode graph free of a batch-size branch.
+QUANT_MAX_ROWS = {"int8": 1, "int4": 16}
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,24 @@ class QuantWeight:
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] -> x @ w^T [M, N] in x's dtype."""
+        if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
+            # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows: the
+            # 49k-row LM head took 1.3 ms this way vs 1.8 ms in the aten kernel (worse from 2 rows on)
+            return ((x.float()[:, None, :] * self.data.float()[None]).sum(-1) * self.scales.float()).to(x.dtype)
         if self.kind == "int8":
             return torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.data, self.scales)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.data, INT4_GROUP, self.scales)
         return y if y.shape[1] == self.out_features else y[:, : self.out_features]
+
+    def preferred(self, rows: int, has_dense: bool) -> bool:
+        """Whether x with ``rows`` rows goes through this quantized weight rather than the dense one. In the
+        compiled decode step (batches up to torch_compile_max_bs, 16) int4 always: a branch on the batch size
+        would split the graph, and int4 still matches bf16 at 16 rows."""
+        if not has_dense:
+            return True
+        if self.kind == "int4" and torch.compiler.is_compiling():
+            return True
+        return rows <= self.max_rows
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32 as the kernels see it (tests compare the kernels against this)."""

@@ -27,8 +27,7 @@ def reference(q, pool, rows, lens):
 def test_cascade_matches_reference():
     gen = torch.Generator().manual_seed(0)
     pool = KVPool(CFG, 512, torch.float32, 2)
-    pool.k_buffer.copy_(torch.randn(pool.k_buffer.shape, generator=gen))
-    pool.v_buffer.copy_(torch.randn(pool.v_buffer.shape, generator=gen))
+    _fill(pool, gen)
     shared = torch.arange(1, 61)  # a 60-slot prefix shared by requests 0, 1, 3
     lens = [75, 64, 20, 90, 61]
     table = torch.zeros(5, 128, dtype=torch.int64)
@@ -52,8 +51,7 @@ def test_cascade_matches_reference():
 def test_paths_without_shared_prefixes_match_reference(dtype, lens):
     gen = torch.Generator().manual_seed(1)
     pool = KVPool(CFG, 4096, dtype, 2)
-    pool.k_buffer.copy_(torch.randn(pool.k_buffer.shape, generator=gen))
-    pool.v_buffer.copy_(torch.randn(pool.v_buffer.shape, generator=gen))
+    _fill(pool, gen)
     table = torch.zeros(len(lens), 1024, dtype=torch.int64)
     slots = torch.randperm(4000, generator=gen) + 1
     start = 0
@@ -69,7 +67,12 @@ def test_paths_without_shared_prefixes_match_reference(dtype, lens):
 
 
 def _as_float(pool: KVPool) -> KVPool:
-    out = KVPool(CFG, pool.k_buffer.shape[2], torch.float32, 2)
-    out.k_buffer.copy_(pool.k_buffer.float())
-    out.v_buffer.copy_(pool.v_buffer.float())
+    out = KVPool(CFG, pool.num_slots, torch.float32, 2)
+    for src, dst in zip(pool.k_buffer + pool.v_buffer, out.k_buffer + out.v_buffer, strict=True):
+        dst.copy_(src.float())
     return out
+
+
+def _fill(pool: KVPool, gen: torch.Generator) -> None:
+    for buf in pool.k_buffer + pool.v_buffer:
+        buf.copy_(torch.randn(buf.shape, generator=gen))

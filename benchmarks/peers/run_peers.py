@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--port", type=int, default=31234)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--radixlm-flags", default="--quantization int4",
+    ap.add_argument("--radixlm-flags", default="--quantization int4 --enable-torch-compile",
                     help="server flags for radixlm (default: int4 weights, as llama.cpp serves the Q4_1 file)")
     args = ap.parse_args()
     flags = args.radixlm_flags.split()
