@@ -1,5 +1,6 @@
 """Weight-only quantization on the CPU, all in one run: the 30 layers' matmuls per token (kernels alone), and
-decode speed of the whole engine per weight format, as ratios against bfloat16.
+decode speed of the whole engine per weight format, eager and with the compiled decode step
+(``--enable-torch-compile``), as ratios against eager bfloat16.
 
     python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 4] [--batch 1 8]
 
@@ -45,8 +46,8 @@ def _in_features(w: QuantWeight) -> int:
     return w.data.shape[1] * (2 if w.kind == "int4" else 1)
 
 
-def engine_tok_s(dtype: str, quantization: str, batch: int, new_tokens: int, repeats: int) -> float:
-    engine = Engine(progress=False, dtype=dtype, quantization=quantization)
+def engine_tok_s(dtype: str, quantization: str, compiled: bool, batch: int, new_tokens: int, repeats: int) -> float:
+    engine = Engine(progress=False, dtype=dtype, quantization=quantization, enable_torch_compile=compiled)
     prompts = [f"Question {i}: write a long story about a dragon number {i} and a knight. " * 4 for i in range(batch)]
     sp = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
     engine.generate(prompts, {**sp, "max_new_tokens": 4})
@@ -68,14 +69,16 @@ def main() -> None:
     print("|---|---|---|---|")
     for kind in ("bf16", "int8", "int4"):
         print(f"| {kind} | " + " | ".join(f"{layer_matmuls_ms(kind, r):.1f}" for r in (1, 8, 64)) + " |")
-    configs = [("float32", "none"), ("bfloat16", "none"), ("bfloat16", "int8"), ("bfloat16", "int4")]
+    configs = [("float32", "none", False), ("bfloat16", "none", False), ("bfloat16", "int8", False),
+               ("bfloat16", "int4", False), ("bfloat16", "none", True), ("bfloat16", "int4", True)]
     print("\n| weights | " + " | ".join(f"batch {b} tok/s | vs bf16" for b in args.batch) + " |")
     print("|---|" + "---|---|" * len(args.batch))
     results = {c: [engine_tok_s(*c, b, args.new_tokens, args.repeats) for b in args.batch] for c in configs}
-    base = results[("bfloat16", "none")]
-    for (dtype, quant), speeds in results.items():
+    base = results[("bfloat16", "none", False)]
+    for (dtype, quant, compiled), speeds in results.items():
         cells = " | ".join(f"{s:.1f} | {s / b:.2f}x" for s, b in zip(speeds, base, strict=True))
-        print(f"| {dtype}{'' if quant == 'none' else ' + ' + quant} | {cells} |")
+        name = dtype + ("" if quant == "none" else " + " + quant) + (", compiled" if compiled else "")
+        print(f"| {name} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Serve the embedded model on 127.0.0.1:30000 with the flags that matter most.
-exec radixlm serve --host 127.0.0.1 --port 30000 --dtype bfloat16 --quantization int4 --max-running-requests 64 \
+exec radixlm serve --host 127.0.0.1 --port 30000 --dtype bfloat16 --quantization int4 --enable-torch-compile --max-running-requests 64 \
   --chunked-prefill-size 1024 --schedule-policy lpm "$@"
 # Other shapes of the same server (pass them as extra flags):
 #   --quantization none / int8            dense bf16 weights / int8 weight-only (int4: the file's own precision)

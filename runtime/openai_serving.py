@@ -146,12 +146,13 @@ class Serving:
                 await queue.put((i, None))
 
         tasks = [asyncio.create_task(pump(i, r.rid)) for i, r in enumerate(reqs)]
-        deadline = time.monotonic() + self.cfg.request_timeout_s
+        loop_deadline = asyncio.get_running_loop().time() + self.cfg.request_timeout_s
         try:
             open_ = len(reqs)
             while open_:
                 try:
-                    i, item = await asyncio.wait_for(queue.get(), max(deadline - time.monotonic(), 0.001))
+                    async with asyncio.timeout_at(loop_deadline):
+                        i, item = await queue.get()
                 except TimeoutError:
                     raise ApiError(504, f"the request did not finish within {self.cfg.request_timeout_s:g} s",
                                    err_type="timeout") from None

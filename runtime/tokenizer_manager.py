@@ -83,8 +83,9 @@ class TokenizerManager:
         state = self.states[rid]
         try:
             while True:
-                try:
-                    item = await asyncio.wait_for(state.queue.get(), DISCONNECT_POLL_S if is_disconnected else None)
+                try:  # asyncio.timeout, not wait_for: no task per token (this runs for every streamed token)
+                    async with asyncio.timeout(DISCONNECT_POLL_S if is_disconnected else None):
+                        item = await state.queue.get()
                 except TimeoutError:
                     if await is_disconnected():
                         return
