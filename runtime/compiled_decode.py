@@ -4,10 +4,9 @@ Eager decode of SmolLM2 runs ~700 small torch ops a token (RMSNorm, RoPE, residu
 5-20 us each, which cost more than the int4 matmuls themselves. Inductor fuses the elementwise work into
 a few C++ loops per layer and calls the matmul and attention kernels from one generated wrapper.
 
-One graph serves every batch of 2..max_bs requests (sizes are symbolic), one batch 1 (torch specializes
-size 1), one batches with a shared-prefix (cascade) group: three graphs, all compiled at startup so that no
-request waits on a compile. Batches with several prefix groups or more than max_bs
-requests run eagerly. Invariants: the graph writes each layer's new K/V in place into the pool's
+Three graphs, all compiled at startup so that no request waits on a compile: batch 1 (torch specializes
+size 1), batches of 2..max_bs requests (sizes symbolic), and batches with one shared-prefix (cascade)
+group. Batches with several prefix groups or more than max_bs requests run eagerly. Invariants: the graph writes each layer's new K/V in place into the pool's
 per-layer tensors; padded key positions read the reserved slot 0 and are masked out.
 """
 
@@ -43,6 +42,8 @@ class _GraphAttend:
 
 
 class CompiledDecode:
+    """ModelRunner's decode path on the CPU when --enable-torch-compile is set (see the module docstring)."""
+
     def __init__(self, model, pool: KVPool, max_bs: int) -> None:
         self.model, self.pool, self.max_bs = model, pool, max_bs
         # The weights never change after loading: guarding on every parameter cost ~1 ms a call. Without
