@@ -6,8 +6,9 @@ a few C++ loops per layer and calls the matmul and attention kernels from one ge
 
 Three graphs, all compiled at startup so that no request waits on a compile: batch 1 (torch specializes
 size 1), batches of 2..max_bs requests (sizes symbolic), and batches with one shared-prefix (cascade)
-group. Batches with several prefix groups or more than max_bs requests run eagerly. Invariants: the graph writes each layer's new K/V in place into the pool's
-per-layer tensors; padded key positions read the reserved slot 0 and are masked out.
+group. Batches with several prefix groups or more than max_bs requests run eagerly. Invariants: the graph
+writes each layer's new K/V in place into the pool's per-layer tensors; padded key positions read the
+reserved slot 0 and are masked out.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from radixlm.runtime.batch import ForwardBatch
-from radixlm.runtime.decode_attention import MIN_SHARED, DecodeMeta, traced_decode_attention
+from radixlm.runtime.decode_attention import MIN_SHARED, DecodeMeta, additive_bias, traced_decode_attention
 from radixlm.runtime.kv_pool import KVPool
 
 
@@ -30,7 +31,7 @@ class _GraphAttend:
     v_buffer: list[torch.Tensor]
     loc: torch.Tensor  # [B] slots the new tokens go to
     idx: torch.Tensor  # [B * Ls] each request's own slots, padded with slot 0
-    mask: torch.Tensor  # [1, B, 1, Ls] bool, True = attend
+    mask: torch.Tensor  # [1, B, 1, Ls] bool, True = attend (with a group: its float32 additive_bias)
     members: torch.Tensor | None  # [n] requests of the shared-prefix group
     prefix: torch.Tensor | None  # [P] the group's shared slots
 
@@ -55,6 +56,8 @@ class CompiledDecode:
         self._warm_up()
 
     def _trace(self, input_ids, positions, loc, idx, mask, members, prefix) -> torch.Tensor:
+        if members is not None:  # the cascade's fused kernel takes the mask as a bias: built once, not per layer
+            mask = additive_bias(mask)
         attend = _GraphAttend(self.pool.k_buffer, self.pool.v_buffer, loc, idx, mask, members, prefix)
         return self.model.compute(input_ids, positions, attend)
 

@@ -66,9 +66,7 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) ->
     mask = pos < lens.unsqueeze(1)
     idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
     mask = None if bool(mask.all()) else mask[None, :, None, :]
-    bias = None
-    if groups and mask is not None:
-        bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+    bias = additive_bias(mask) if groups and mask is not None else None
     return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias)
 
 
@@ -80,6 +78,11 @@ def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     m = scores.amax(dim=-1, keepdim=True)
     p = torch.exp(scores - m)
     return torch.matmul(p.to(v.dtype), v).float(), m, p.sum(dim=-1, keepdim=True)
+
+
+def additive_bias(mask: torch.Tensor) -> torch.Tensor:
+    """A bool mask (True = attend) as the float32 0 / -inf bias the fused flash kernel takes."""
+    return torch.zeros(mask.shape, dtype=torch.float32).masked_fill(~mask, float("-inf"))
 
 
 def _flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None):
@@ -119,8 +122,8 @@ def traced_decode_attention(q: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor,
                             prefix: torch.Tensor | None) -> torch.Tensor:
     """decode_attention for torch.compile: the same math with no branch on sizes (one graph serves every
     batch), at most one shared-prefix group, and fresh gathers instead of the pool's workspaces.
-    q [B, Hq, D]; kb, vb one layer's [Hkv, S, D]; idx [B * Ls]; mask [1, B, 1, Ls] bool; members [n] and
-    prefix [P] slots of the group, or None -> [B, Hq * D]."""
+    q [B, Hq, D]; kb, vb one layer's [Hkv, S, D]; idx [B * Ls]; mask [1, B, 1, Ls]: bool without a group,
+    its additive_bias with one; members [n] and prefix [P] slots of the group, or None -> [B, Hq * D]."""
     b, hq, d = q.shape
     hkv, ls = kb.shape[0], mask.shape[-1]
     qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]
@@ -128,8 +131,7 @@ def traced_decode_attention(q: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor,
     if members is None:
         out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask)
     else:
-        bias = torch.zeros(mask.shape, dtype=torch.float32).masked_fill(~mask, float("-inf"))
-        out, lse = _flash(qg, k, v, bias)
+        out, lse = _flash(qg, k, v, mask)
         merge_prefix(out, lse, qg, kb.index_select(1, prefix), vb.index_select(1, prefix), members)
     return out.to(q.dtype).permute(1, 0, 2, 3).reshape(b, hq * d)
 

@@ -66,6 +66,21 @@ def pytest_collection_modifyitems(config, items):
 
 # ---------------------------------------------------------------- a real server on 127.0.0.1
 
+def exits_within(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` is gone (or a zombie, i.e. exited) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    return True
+        except OSError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from radixlm.runtime.engine import Engine
 
+from .conftest import exits_within
+
 pytestmark = pytest.mark.slow
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
                                                                             "maximum": 9}}, "required": ["ok", "n"]}
@@ -155,20 +157,6 @@ def test_scheduler_death_gives_503_and_a_nonzero_exit(server_process):
     assert srv.proc.wait(timeout=20) != 0
     for k in kids:  # the server joins its own children; multiprocessing's resource tracker leaves on EOF, soon after
         assert exits_within(k, 5), f"child {k} still running 5 s after the server exited"
-
-
-def exits_within(pid: int, timeout: float) -> bool:
-    """Whether ``pid`` is gone (or a zombie) within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split()[2] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True)

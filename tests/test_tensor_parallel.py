@@ -13,6 +13,8 @@ import torch
 
 from radixlm.runtime.layers import HeadShard, TPInfo, split_range
 
+from .conftest import exits_within
+
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "List three colors:\n1.",
            "In 1969, the first humans landed on", "Translate to French: good morning"]
 
@@ -113,13 +115,4 @@ def test_a_dead_rank_takes_the_server_down(server_process):
     while srv.proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert srv.proc.poll() not in (None, 0)
-    time.sleep(1)
-    assert not os.path.exists(f"/proc/{info['scheduler_pid']}") or _is_zombie(info["scheduler_pid"])
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] == "Z"
-    except OSError:
-        return True
+    assert exits_within(info["scheduler_pid"], 1)
