@@ -17,7 +17,8 @@ class ModelRunner:
     """``plan_sink`` (set by the engine on rank 0 of a TP group) broadcasts each batch to the other ranks."""
 
     def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
-        quantize_model(model, config.quantization, keep_dense=not config.quantized_prefill)
+        quantize_model(model, config.quantization, keep_dense=not config.quantized_prefill,
+                       kernels=config.quant_kernels)
         self.model, self.plan_sink = model, None
         cfg = model.cfg
         self.max_context = min(config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from radixlm.kernels import cpu_quant_matmul as vnni_kernels
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.quantization import QuantWeight, quantize_int4, quantize_model
@@ -17,10 +18,14 @@ from .conftest import TINY
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("shape", [(960, 576), (100, 64)])  # 100 rows: int4 pads N to a multiple of 16
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_kernel_matches_its_dequantized_weight(kind, shape, dtype):
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+def test_kernel_matches_its_dequantized_weight(kind, shape, dtype, kernels):
+    """Both backends (auto: the VNNI kernels where the CPU and the shape allow, the 100-row weight never)."""
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(shape, generator=gen)
-    q = QuantWeight.quantize(w, kind, dtype)
+    q = QuantWeight.quantize(w, kind, dtype, kernels)
+    vnni = kernels == "auto" and vnni_kernels.available() and shape[0] % 16 == 0
+    assert q.backend == ("vnni" if vnni else "torch")
     dq = q.dequantize()
     assert dq.shape == w.shape
     step = (w.abs().amax(1, keepdim=True) / 127) if kind == "int8" else (w.view(shape[0], -1, 32).aminmax(dim=-1))
@@ -31,6 +36,8 @@ def test_kernel_matches_its_dequantized_weight(kind, shape, dtype):
         lo, hi = step
         half_code = ((hi - lo) / 15 / 2).repeat_interleave(32, dim=1)
         scale_err = 0 if dtype == torch.float32 else (w.abs() + 8 * half_code) * 2**-7  # bf16 scale and zero
+        if vnni:  # float16 scale and minimum: |d q + mn| rounding <= (15 d + |mn|) 2^-11
+            scale_err = (w.abs() + 60 * half_code) * 2**-10
         assert ((dq - w).abs() <= half_code * 1.001 + scale_err + 1e-6).all()
     for rows in (1, 5, 40):
         x = torch.randn(rows, shape[1], generator=gen).to(dtype)

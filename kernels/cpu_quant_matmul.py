@@ -1,0 +1,142 @@
+"""int4 / int8 weight-only matmuls on AVX512-VNNI CPUs (cpu_quant_matmul.cpp) beside their torch references.
+
+The C++ ops are compiled on first use with torch's extension builder (about a minute, cached under
+``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions) and registered as ``torch.ops.radixlm_cpu``,
+so torch.compile calls them as opaque kernels. ``available()`` is False on CPUs without AVX512-VNNI or
+where the build fails; callers then keep torch's own kernels.
+
+Both quantize x to int8 on the fly, one scale per block of 64 along K; see the .cpp for the layouts.
+Shapes: x [M, K], y [M, N]; the weights as pack_int4 / pack_int8 lay them out (16-row tiles).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import torch
+
+BLOCK = 64  # K must be a multiple of it
+GROUP = 32  # int4 scale group along K
+REQUIRED_FLAGS = ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "f16c")
+log = logging.getLogger(__name__)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@functools.cache
+def available() -> bool:
+    """Builds (once per machine) and loads the ops; False where the CPU or the build cannot have them."""
+    if os.environ.get("RADIXLM_CPU_KERNELS", "1") == "0" or not set(REQUIRED_FLAGS) <= _cpu_flags():
+        return False
+    from torch.utils import cpp_extension
+
+    src = os.path.join(os.path.dirname(__file__), "cpu_quant_matmul.cpp")
+    flags = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]
+    try:
+        cpp_extension.load(
+            "radixlm_cpu_quant_matmul", [src], extra_cflags=flags, is_python_module=False, verbose=False
+        )
+    except Exception as exc:  # no compiler, no ninja, ...: torch's kernels stay in use
+        log.warning("radixlm's CPU kernels did not build (%s); using torch's int4/int8 kernels", exc)
+        return False
+    # output shapes for torch.compile's tracing: N = 16 * tiles (int4), one scale per row (int8)
+    torch.library.register_fake("radixlm_cpu::int4_linear")(
+        lambda x, w, d, mn: x.new_empty(x.shape[0], 16 * d.shape[0])
+    )
+    torch.library.register_fake("radixlm_cpu::int8_linear")(
+        lambda x, w, s: x.new_empty(x.shape[0], s.shape[0])
+    )
+    return True
+
+
+def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int4_linear(x, codes, d, mn)
+
+
+def int8_linear(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int8_linear(x, q, s)
+
+
+def _tiles(w: torch.Tensor) -> torch.Tensor:
+    """[N, K] -> [N / 16, K / 4, 16, 4]: 16 rows at a time, 4 consecutive k of each row together."""
+    n, k = w.shape
+    if n % 16 or k % BLOCK:
+        raise ValueError(f"the CPU kernels need N divisible by 16 and K by {BLOCK}, got [{n}, {k}]")
+    return w.view(n // 16, 16, k // 4, 4).transpose(1, 2)
+
+
+def _untile(t: torch.Tensor) -> torch.Tensor:
+    """The inverse of _tiles: [N / 16, K / 4, 16, 4] -> [N, K]."""
+    nt, kq = t.shape[:2]
+    return t.transpose(1, 2).reshape(nt * 16, kq * 4)
+
+
+def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """codes q [N, K] in [0, 15], d and mn [N, K / 32] -> the kernel's (codes uint8 [N / 16, K / 4, 32],
+    d float16 [N / 16, K / 32, 16], mn likewise): rows 0-7 of a tile in the low nibbles, 8-15 in the high."""
+    t = _tiles(q.to(torch.uint8))
+    codes = t[:, :, :8].reshape(*t.shape[:2], 32) | (t[:, :, 8:].reshape(*t.shape[:2], 32) << 4)
+
+    def scales(v: torch.Tensor) -> torch.Tensor:
+        return v.to(torch.float16).view(-1, 16, v.shape[1]).transpose(1, 2).contiguous()
+
+    return codes.contiguous(), scales(d), scales(mn)
+
+
+def pack_int8(q: torch.Tensor) -> torch.Tensor:
+    """q int8 [N, K] -> [N / 16, K / 4, 16, 4]."""
+    return _tiles(q).contiguous()
+
+
+def unpack_int8(packed: torch.Tensor) -> torch.Tensor:
+    return _untile(packed)
+
+
+def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The inverse of pack_int4 -> (q uint8 [N, K], d [N, K / 32], mn likewise)."""
+    nt, kq = codes.shape[:2]
+    low, high = (codes & 15).view(nt, kq, 8, 4), (codes >> 4).view(nt, kq, 8, 4)
+    q = _untile(torch.cat((low, high), dim=2))
+
+    def scales(v: torch.Tensor) -> torch.Tensor:
+        return v.transpose(1, 2).reshape(nt * 16, -1)
+
+    return q, scales(d), scales(mn)
+
+
+def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+    """-> w [N, K] float32 = d * q + mn per group of 32."""
+    q, d, mn = unpack_int4(codes, d, mn)
+    q = q.float().view(q.shape[0], -1, GROUP)
+    return (q * d.float()[..., None] + mn.float()[..., None]).flatten(1)
+
+
+def quantize_x_torch(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] -> x as the kernels see it: int8 per block of 64 (a = max|x| / 127), dequantized, float32."""
+    xb = x.float().view(x.shape[0], -1, BLOCK)
+    amax = xb.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    return (torch.round(xb * inv) * (amax / 127)).view(x.shape)
+
+
+def int4_linear_torch(
+    x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor
+) -> torch.Tensor:
+    """The reference: the same quantized activations times the dequantized weight, in float32."""
+    return (quantize_x_torch(x) @ dequantize_int4(codes, d, mn).t()).to(x.dtype)
+
+
+def int8_linear_torch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """q as pack_int8 lays it out."""
+    return (quantize_x_torch(x) @ (unpack_int8(q).float() * s.float()[:, None]).t()).to(x.dtype)
