@@ -1,9 +1,6 @@
 """int4 / int8 weight-only matmuls on AVX512-VNNI CPUs (cpu_quant_matmul.cpp) beside their torch references.
 
-The C++ ops are compiled on first use with torch's extension builder (about a minute, cached under
-``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions) and registered as ``torch.ops.radixlm_cpu``,
-so torch.compile calls them as opaque kernels. ``available()`` is False on CPUs without AVX512-VNNI or
-where the build fails; callers then keep torch's own kernels.
+``available()`` (cpu_ext) builds and loads them; callers keep torch's own kernels where it is False.
 
 Both quantize x to int8 on the fly, one scale per block of 64 along K; see the .cpp for the layouts.
 Shapes: x [M, K], y [M, N]; the weights as pack_int4 / pack_int8 lay them out (16-row tiles).
@@ -11,53 +8,13 @@ Shapes: x [M, K], y [M, N]; the weights as pack_int4 / pack_int8 lay them out (1
 
 from __future__ import annotations
 
-import functools
-import logging
-import os
-
 import torch
+
+from radixlm.kernels.cpu_ext import available
 
 BLOCK = 64  # K must be a multiple of it
 GROUP = 32  # int4 scale group along K
-REQUIRED_FLAGS = ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "f16c")
-log = logging.getLogger(__name__)
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-@functools.cache
-def available() -> bool:
-    """Builds (once per machine) and loads the ops; False where the CPU or the build cannot have them."""
-    if os.environ.get("RADIXLM_CPU_KERNELS", "1") == "0" or not set(REQUIRED_FLAGS) <= _cpu_flags():
-        return False
-    from torch.utils import cpp_extension
-
-    src = os.path.join(os.path.dirname(__file__), "cpu_quant_matmul.cpp")
-    flags = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]
-    try:
-        cpp_extension.load(
-            "radixlm_cpu_quant_matmul", [src], extra_cflags=flags, is_python_module=False, verbose=False
-        )
-    except Exception as exc:  # no compiler, no ninja, ...: torch's kernels stay in use
-        log.warning("radixlm's CPU kernels did not build (%s); using torch's int4/int8 kernels", exc)
-        return False
-    # output shapes for torch.compile's tracing: N = 16 * tiles (int4), one scale per row (int8)
-    torch.library.register_fake("radixlm_cpu::int4_linear")(
-        lambda x, w, d, mn: x.new_empty(x.shape[0], 16 * d.shape[0])
-    )
-    torch.library.register_fake("radixlm_cpu::int8_linear")(
-        lambda x, w, s: x.new_empty(x.shape[0], s.shape[0])
-    )
-    return True
+__all__ = ["available", "int4_linear", "int8_linear", "pack_int4", "pack_int8"]
 
 
 def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:

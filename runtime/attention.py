@@ -26,9 +26,10 @@ class TorchAttentionBackend:
     """Extend: per request, causal attention of the new tokens over prefix (read from the pool) + themselves.
     Decode: see decode_attention.py (padded batch over each request's own slots + shared prefixes once)."""
 
-    def __init__(self, pool: KVPool, req_to_token: ReqToTokenPool) -> None:
+    def __init__(self, pool: KVPool, req_to_token: ReqToTokenPool, native_decode: bool = False) -> None:
         self.pool = pool
         self.req_to_token = req_to_token
+        self.native_decode = native_decode  # decode through the C++ kernel (decode_attention.native_fits)
 
     def prepare(self, batch: ForwardBatch) -> None:
         table = self.req_to_token.table
@@ -49,7 +50,7 @@ class TorchAttentionBackend:
     def forward(self, q, k, v, layer, batch):
         self.pool.store(layer, batch.out_cache_loc, k, v)
         if batch.mode == "decode":
-            return decode_attention(q, self.pool, layer, batch.attn_meta)
+            return decode_attention(q, self.pool, layer, batch.attn_meta, self.native_decode)
         out = torch.empty(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype)
         groups = q.shape[1] // k.shape[1]
         for s, e, kv_idx, mask in batch.attn_meta:
@@ -85,7 +86,8 @@ def _triton_interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_size: int, num_q_heads: int):
+def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_size: int, num_q_heads: int,
+                 native_decode: bool = False):
     if name == "triton":
         from radixlm.runtime.attention_triton import TritonAttentionBackend
 
@@ -94,4 +96,4 @@ def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_siz
         from radixlm.runtime.attention_flashinfer import FlashInferAttentionBackend
 
         return FlashInferAttentionBackend(pool, req_to_token, page_size, num_q_heads)
-    return TorchAttentionBackend(pool, req_to_token)
+    return TorchAttentionBackend(pool, req_to_token, native_decode)

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import torch
 
 from radixlm.runtime.batch import ForwardBatch
-from radixlm.runtime.decode_attention import MIN_SHARED, DecodeMeta, additive_bias, traced_decode_attention
+from radixlm.runtime.decode_attention import (
+    MIN_SHARED,
+    DecodeMeta,
+    additive_bias,
+    native_decode_attention,
+    traced_decode_attention,
+)
 from radixlm.runtime.kv_pool import KVPool
 
 
@@ -34,19 +40,23 @@ class _GraphAttend:
     mask: torch.Tensor  # [1, B, 1, Ls] bool, True = attend (with a group: its float32 additive_bias)
     members: torch.Tensor | None  # [n] requests of the shared-prefix group
     prefix: torch.Tensor | None  # [P] the group's shared slots
+    counts: torch.Tensor | None  # [B] valid slots per row of idx: the C++ kernel's form of mask; None: torch
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
         kb, vb = self.k_buffer[layer], self.v_buffer[layer]
         kb.index_copy_(1, self.loc, k.transpose(0, 1))
         vb.index_copy_(1, self.loc, v.transpose(0, 1))
+        if self.counts is not None:
+            idx = self.idx.view(q.shape[0], -1)
+            return native_decode_attention(q, kb, vb, idx, self.counts, self.members, self.prefix)
         return traced_decode_attention(q, kb, vb, self.idx, self.mask, self.members, self.prefix)
 
 
 class CompiledDecode:
     """ModelRunner's decode path on the CPU when --enable-torch-compile is set (see the module docstring)."""
 
-    def __init__(self, model, pool: KVPool, max_bs: int) -> None:
-        self.model, self.pool, self.max_bs = model, pool, max_bs
+    def __init__(self, model, pool: KVPool, max_bs: int, native_attention: bool = False) -> None:
+        self.model, self.pool, self.max_bs, self.native = model, pool, max_bs, native_attention
         # The weights never change after loading: guarding on every parameter cost ~1 ms a call. Without
         # those guards nothing tells two engines' graphs apart, and torch caches graphs per code object:
         # each instance traces its own copy of _trace, so it never runs another engine's graph.
@@ -56,9 +66,10 @@ class CompiledDecode:
         self._warm_up()
 
     def _trace(self, input_ids, positions, loc, idx, mask, members, prefix) -> torch.Tensor:
-        if members is not None:  # the cascade's fused kernel takes the mask as a bias: built once, not per layer
+        counts = mask.reshape(input_ids.shape[0], -1).sum(-1) if self.native else None  # once, not per layer
+        if members is not None and not self.native:  # the cascade's fused kernel takes the mask as a bias
             mask = additive_bias(mask)
-        attend = _GraphAttend(self.pool.k_buffer, self.pool.v_buffer, loc, idx, mask, members, prefix)
+        attend = _GraphAttend(self.pool.k_buffer, self.pool.v_buffer, loc, idx, mask, members, prefix, counts)
         return self.model.compute(input_ids, positions, attend)
 
     def can_run(self, batch: ForwardBatch) -> bool:

@@ -9,7 +9,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 QUANT_KINDS = ("none", "int8", "int4")
-QUANT_KERNELS = ("auto", "torch")
+CPU_KERNELS = ("auto", "torch")
 
 
 def _opt(default, help_text: str, **extra):
@@ -87,9 +87,9 @@ class EngineConfig:
     cuda_graph_max_bs: int = _opt(256, "largest decode batch captured in a CUDA graph (larger ones run eagerly)")
     quantization: str = _opt("none", "weight-only quantization on the CPU: int8 (per-row) or int4 (groups of 32, "
                              "like GGUF's Q4_1); the embedding/LM head stays int8", choices=QUANT_KINDS)
-    quant_kernels: str = _opt("auto", "with --quantization: auto uses radixlm's AVX512-VNNI kernels where the CPU has "
-                              "them (compiled on first use, about 30 s, then cached), torch uses torch's "
-                              "weight-only kernels", choices=QUANT_KERNELS)
+    cpu_kernels: str = _opt("auto", "auto: radixlm's AVX512 kernels (int4/int8 matmuls for --quantization, decode "
+                            "attention) where the CPU has AVX512-VNNI (compiled on first use, about 30 s, then "
+                            "cached); torch: torch's ops only", choices=CPU_KERNELS)
     quantized_prefill: bool = _opt(False, "with --quantization: drop the dense weights and run prefill through the "
                                    "quantized kernels too (less memory; prefill about 2x slower on the CPU)")
     enable_torch_compile: bool = _opt(False, "CPU: run decode batches through one torch.compile'd graph (about "

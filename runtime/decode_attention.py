@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from radixlm.kernels import cpu_decode_attention as native_kernel
 from radixlm.runtime.kv_pool import KVPool
 
 MIN_SHARED = 32  # shorter shared prefixes are not worth a separate pass
@@ -40,6 +41,7 @@ class DecodeMeta:
     mask: torch.Tensor | None  # [1, B, 1, Ls] True = attend; None when no request is padded
     groups: list[PrefixGroup]
     bias: torch.Tensor | None = None  # the mask as float32 0 / -inf (the fused kernel's form), with groups
+    counts: torch.Tensor | None = None  # [B] int64: valid slots of each padded row of idx (mask's True run)
 
 
 def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) -> DecodeMeta:
@@ -67,7 +69,7 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) ->
     idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
     mask = None if bool(mask.all()) else mask[None, :, None, :]
     bias = additive_bias(mask) if groups and mask is not None else None
-    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias)
+    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, lens - start)
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
@@ -136,9 +138,36 @@ def traced_decode_attention(q: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor,
     return out.to(q.dtype).permute(1, 0, 2, 3).reshape(b, hq * d)
 
 
-def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta) -> torch.Tensor:
-    """q [B, Hq, D] -> [B, Hq * D]."""
+def native_fits(pool: KVPool, num_q_heads: int, head_dim: int) -> bool:
+    """Whether radixlm's C++ decode attention (kernels/cpu_decode_attention.cpp) takes this pool: a
+    head-major float32 / bfloat16 CPU pool, head dim 64 or 128, at most 16 query heads a KV head."""
+    kb = pool.k_buffer[0] if pool.k_buffer else None
+    return (kb is not None and kb.device.type == "cpu" and pool.head_major and head_dim in (64, 128)
+            and kb.dtype in (torch.float32, torch.bfloat16) and num_q_heads % kb.shape[0] == 0
+            and num_q_heads // kb.shape[0] <= 16 and native_kernel.available())
+
+
+def native_decode_attention(q: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, idx: torch.Tensor,
+                            counts: torch.Tensor, members: torch.Tensor | None,
+                            prefix: torch.Tensor | None) -> torch.Tensor:
+    """The C++ kernel straight from the pool: q [B, Hq, D]; kb, vb one layer's [Hkv, S, D]; idx [B, Ls]
+    padded own slots, counts [B] valid ones; the requests ``members`` also attend to ``prefix`` [P] first."""
+    member = torch.zeros(q.shape[0], dtype=torch.bool)
+    if members is None:
+        prefix = torch.zeros(0, dtype=torch.int64)
+    else:
+        member[members] = True
+    return native_kernel.decode_attention(q.contiguous(), kb, vb, idx, counts, prefix, member)
+
+
+def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta, native: bool = False) -> torch.Tensor:
+    """q [B, Hq, D] -> [B, Hq * D]. ``native``: the C++ kernel (see native_fits) for batches with at most
+    one shared-prefix group."""
     b, hq, d = q.shape
+    if native and len(meta.groups) <= 1:
+        group = meta.groups[0] if meta.groups else None
+        return native_decode_attention(q, pool.k_buffer[layer], pool.v_buffer[layer], meta.idx.view(b, -1),
+                                       meta.counts, group and group.members, group and group.slots)
     k, v = pool.gather(layer, meta.idx)  # [Hkv, B * Ls, D]
     hkv = k.shape[0]
     qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]: query heads by their KV head

@@ -7,6 +7,7 @@ import torch
 from radixlm.runtime.attention import make_backend, resolve_backend
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.decode_attention import native_fits
 from radixlm.runtime.kv_pool import KVPool, PageAllocator, ReqToTokenPool
 from radixlm.runtime.layers import HeadShard
 from radixlm.runtime.model_llama import LlamaForCausalLM
@@ -18,7 +19,7 @@ class ModelRunner:
 
     def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
         quantize_model(model, config.quantization, keep_dense=not config.quantized_prefill,
-                       kernels=config.quant_kernels)
+                       kernels=config.cpu_kernels)
         self.model, self.plan_sink = model, None
         cfg = model.cfg
         self.max_context = min(config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -36,13 +37,15 @@ class ModelRunner:
                            head_major=self.backend_name != "flashinfer")
         self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page, self.device)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
-        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads)
+        native = (config.cpu_kernels == "auto" and self.backend_name == "torch" and cfg.num_layers > 0
+                  and native_fits(self.pool, num_q_heads, cfg.head_dim))
+        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
         self.graphs = self.compiled = None
         if self.device.type == "cpu" and config.enable_torch_compile:
             from radixlm.runtime.compiled_decode import CompiledDecode
 
             self.compiled = CompiledDecode(model, self.pool, min(config.torch_compile_max_bs,
-                                                                 config.max_running_requests))
+                                                                 config.max_running_requests), native)
         if self.device.type == "cuda" and self.backend_name == "triton" and not config.disable_cuda_graph:
             from radixlm.runtime.cuda_graph import DecodeGraphs
 

@@ -12,7 +12,7 @@ so a layer may also keep its dense weight for those batches (``keep_dense``), at
 
 Two backends: ``torch`` (the aten kernels above) and ``vnni`` (radixlm.kernels.cpu_quant_matmul: int8
 activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles; 1.5-1.7x the aten int4 kernel at 1-16
-rows and 2x the dense LM head at 8), chosen per weight by ``quant_kernels`` and the shapes the kernels take.
+rows and 2x the dense LM head at 8), chosen per weight by ``cpu_kernels`` and the shapes the kernels take.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from radixlm.kernels import cpu_quant_matmul as vnni
-from radixlm.runtime.config import QUANT_KERNELS, QUANT_KINDS
+from radixlm.runtime.config import CPU_KERNELS, QUANT_KINDS
 
 INT4_GROUP = 32
 # Largest batch (rows of x) for which the quantized kernel beats the dense bf16 matmul on the CPU
@@ -58,8 +58,8 @@ class QuantWeight:
         the vnni backend where the CPU has it and the shape fits (N % 16, K % 64), else torch's."""
         if kind not in QUANT_KINDS[1:]:
             raise ValueError(f"quantization must be one of {QUANT_KINDS[1:]}, got {kind!r}")
-        if kernels not in QUANT_KERNELS:
-            raise ValueError(f"quant_kernels must be one of {QUANT_KERNELS}, got {kernels!r}")
+        if kernels not in CPU_KERNELS:
+            raise ValueError(f"cpu_kernels must be one of {CPU_KERNELS}, got {kernels!r}")
         n, k = w.shape
         fits = n % 16 == 0 and k % vnni.BLOCK == 0 and act_dtype in (torch.float32, torch.bfloat16)
         if kernels == "auto" and fits and w.device.type == "cpu" and vnni.available():

@@ -4,6 +4,7 @@ batches it leaves to the eager path; no graph compiled after startup; KV account
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -23,10 +24,17 @@ def ids(n: int, seed: int) -> list[int]:
     return [rng.randrange(250) for _ in range(n)]
 
 
-@pytest.fixture(scope="module", params=["none", "int4"])
+# head dim 64: radixlm's C++ decode attention and (int4) VNNI matmuls run inside the graph, where the CPU has them
+HEAD64 = dataclasses.replace(TINY, num_heads=2, num_kv_heads=1, head_dim=64)
+
+
+@pytest.fixture(scope="module", params=[("none", TINY), ("int4", TINY), ("int4", HEAD64)],
+                ids=["float32", "int4", "int4-head64"])
 def engines(request):
+    quantization, cfg = request.param
+
     def make(**extra) -> Engine:
-        return Engine.from_model(random_model(TINY, seed=0), None, quantization=request.param,
+        return Engine.from_model(random_model(cfg, seed=0), None, quantization=quantization,
                                  max_total_tokens=4096, check_invariants=True, **extra)
 
     compiled = make(enable_torch_compile=True, torch_compile_max_bs=4)

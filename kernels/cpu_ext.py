@@ -1,0 +1,58 @@
+"""Builds and loads radixlm's C++ CPU kernels (cpu_quant_matmul.cpp, cpu_decode_attention.cpp) as the
+``torch.ops.radixlm_cpu`` ops, so torch.compile calls them as opaque kernels.
+
+They are compiled on first use with torch's extension builder (about 30 s, then cached under
+``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions). ``available()`` is False on CPUs without
+AVX512-VNNI and where the build fails (no compiler): callers then keep torch's own ops.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import torch
+
+REQUIRED_FLAGS = ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "f16c")
+SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp")
+log = logging.getLogger(__name__)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@functools.cache
+def available() -> bool:
+    """Builds (once per machine) and loads the ops; False where the CPU or the build cannot have them."""
+    if not set(REQUIRED_FLAGS) <= _cpu_flags():
+        return False
+    from torch.utils import cpp_extension
+
+    here = os.path.dirname(__file__)
+    flags = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]
+    try:
+        cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
+                           is_python_module=False, verbose=False)
+    except Exception as exc:  # no compiler, no ninja, ...: torch's ops stay in use
+        log.warning("radixlm's CPU kernels did not build (%s); using torch's ops", exc)
+        return False
+    _register_fakes()
+    return True
+
+
+def _register_fakes() -> None:
+    """Output shapes for torch.compile's tracing."""
+    fake = torch.library.register_fake
+    fake("radixlm_cpu::int4_linear")(lambda x, w, d, mn: x.new_empty(x.shape[0], 16 * d.shape[0]))  # 16-row tiles
+    fake("radixlm_cpu::int8_linear")(lambda x, w, s: x.new_empty(x.shape[0], s.shape[0]))  # a scale per row
+    fake("radixlm_cpu::decode_attention")(
+        lambda q, k, v, idx, counts, prefix, member: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))
