@@ -12,6 +12,8 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -55,7 +57,7 @@ struct Rows {  // where one task's keys / values are
 };
 
 // Slots are scattered through the pool: fetch the row kAhead tokens on while this one is computed.
-constexpr int64_t kAhead = 8;
+constexpr int64_t kAhead = 16;
 
 template <typename T>
 inline void prefetch_row(const T* base, const Rows& rows, int64_t t, int64_t len, int64_t bytes) {
@@ -116,6 +118,127 @@ void attend_one(const T* qh, const T* kh, const T* vh, const Rows& rows, int g_c
     for (int c = 0; c < DC; ++c) store16(out + g * D + 16 * c, _mm512_mul_ps(acc[g][c], _mm512_set1_ps(inv_sum[g])));
 }
 
+
+#ifdef RADIXLM_AVX512_BF16
+// bfloat16 pools on CPUs with AVX512-BF16: q . k and p . v as vdpbf16ps (pairs of bf16 products summed into
+// float32 lanes), so K and V are never widened to float32, and q . k is summed across lanes 4 keys at a time.
+
+// [sum(a0), sum(a1), sum(a2), sum(a3)]
+inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));  // per 128-bit lane
+  const __m512 w = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_castps512_ps128(_mm512_add_ps(w, _mm512_shuffle_f32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+inline __m512i load_bf16x32(const at::BFloat16* p) { return _mm512_loadu_si512(p); }
+
+// q . k for key t of every query head g -> scores[g * stride + t]; KZ = D / 32 vectors a row.
+template <int KZ>
+void scores_bf16(const at::BFloat16* qh, const at::BFloat16* kh, const Rows& rows, int g_count, float scale,
+                 int64_t stride, float* scores) {
+  constexpr int D = KZ * 32;
+  const int64_t len = rows.len;
+  int64_t t = 0;
+  for (; t + 4 <= len; t += 4) {
+    __m512i kv[4][KZ];
+    for (int j = 0; j < 4; ++j) {
+      prefetch_row(kh, rows, t + j + kAhead, len, D * 2);
+      const at::BFloat16* kp = kh + rows.slot(t + j) * D;
+      for (int c = 0; c < KZ; ++c) kv[j][c] = load_bf16x32(kp + 32 * c);
+    }
+    for (int g = 0; g < g_count; ++g) {
+      __m512 acc[4];
+      for (int j = 0; j < 4; ++j) {
+        acc[j] = _mm512_setzero_ps();
+        for (int c = 0; c < KZ; ++c)
+          acc[j] = _mm512_dpbf16_ps(acc[j], as_bh(load_bf16x32(qh + g * D + 32 * c)), as_bh(kv[j][c]));
+      }
+      _mm_storeu_ps(scores + g * stride + t, _mm_mul_ps(reduce4(acc[0], acc[1], acc[2], acc[3]), _mm_set1_ps(scale)));
+    }
+  }
+  for (; t < len; ++t) {
+    const at::BFloat16* kp = kh + rows.slot(t) * D;
+    for (int g = 0; g < g_count; ++g) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int c = 0; c < KZ; ++c)
+        acc = _mm512_dpbf16_ps(acc, as_bh(load_bf16x32(qh + g * D + 32 * c)), as_bh(load_bf16x32(kp + 32 * c)));
+      scores[g * stride + t] = _mm512_reduce_add_ps(acc) * scale;
+    }
+  }
+}
+
+// out[g] = sum_t p[g, t] v_t with p as bf16 pairs (keys t, t + 1) against V rows interleaved pairwise.
+// unpacklo/hi_epi16 interleave within 128-bit lanes: lo holds dims 8L..8L+3 of lane L, hi 8L+4..8L+7.
+template <int KZ>
+void values_bf16(const uint16_t* probs, const at::BFloat16* vh, const Rows& rows, int g_count, int64_t pstride,
+                 const float* inv_sum, at::BFloat16* out) {
+  constexpr int D = KZ * 32;
+  const int64_t len = rows.len;
+  __m512 lo[16][KZ], hi[16][KZ];
+  for (int g = 0; g < g_count; ++g)
+    for (int c = 0; c < KZ; ++c) lo[g][c] = hi[g][c] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < len; t += 2) {
+    prefetch_row(vh, rows, t + kAhead, len, D * 2);
+    prefetch_row(vh, rows, t + 1 + kAhead, len, D * 2);
+    const at::BFloat16* v0 = vh + rows.slot(t) * D;
+    const at::BFloat16* v1 = t + 1 < len ? vh + rows.slot(t + 1) * D : v0;  // its probability is 0
+    for (int c = 0; c < KZ; ++c) {
+      const __m512i a = load_bf16x32(v0 + 32 * c), b = load_bf16x32(v1 + 32 * c);
+      const __m512bh pl = as_bh(_mm512_unpacklo_epi16(a, b)), ph = as_bh(_mm512_unpackhi_epi16(a, b));
+      for (int g = 0; g < g_count; ++g) {
+        int32_t pair;
+        std::memcpy(&pair, probs + g * pstride + t, 4);
+        const __m512bh pp = as_bh(_mm512_set1_epi32(pair));
+        lo[g][c] = _mm512_dpbf16_ps(lo[g][c], pl, pp);
+        hi[g][c] = _mm512_dpbf16_ps(hi[g][c], ph, pp);
+      }
+    }
+  }
+  // back to dim order: lo lanes 4L..4L+3 are dims 8L..8L+3, hi's are 8L+4..8L+7
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int g = 0; g < g_count; ++g) {
+    const __m512 inv = _mm512_set1_ps(inv_sum[g]);
+    for (int c = 0; c < KZ; ++c) {
+      store16(out + g * D + 32 * c, _mm512_mul_ps(_mm512_permutex2var_ps(lo[g][c], first, hi[g][c]), inv));
+      store16(out + g * D + 32 * c + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo[g][c], second, hi[g][c]), inv));
+    }
+  }
+}
+
+// attend_one for bfloat16 (see above); KZ = D / 32.
+template <int KZ>
+void attend_one_bf16(const at::BFloat16* qh, const at::BFloat16* kh, const at::BFloat16* vh, const Rows& rows,
+                     int g_count, float scale, std::vector<float>& scores, std::vector<uint16_t>& probs,
+                     at::BFloat16* out) {
+  const int64_t len = rows.len, stride = (len + 15) / 16 * 16;
+  scores.assign(g_count * stride, -INFINITY);
+  probs.assign(g_count * stride, 0);
+  scores_bf16<KZ>(qh, kh, rows, g_count, scale, stride, scores.data());
+  float inv_sum[16];
+  for (int g = 0; g < g_count; ++g) {
+    float* s = scores.data() + g * stride;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int64_t t = 0; t < stride; t += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t t = 0; t < stride; t += 16) {
+      const __mmask16 live = len - t >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (len - t)) - 1);
+      const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs.data() + g * stride + t),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+      sum = _mm512_add_ps(sum, e);
+    }
+    inv_sum[g] = 1.f / _mm512_reduce_add_ps(sum);
+  }
+  values_bf16<KZ>(probs.data(), vh, rows, g_count, stride, inv_sum, out);
+}
+#endif
+
 template <int DC, typename T>
 void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
                 const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, at::Tensor& out) {
@@ -130,13 +253,22 @@ void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
   T* od = out.data_ptr<T>();
   at::parallel_for(0, hkv * b_count, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
+    std::vector<uint16_t> probs;
     for (int64_t task = begin; task < end; ++task) {  // head-major: a head's prefix stays in cache
       const int64_t h = task / b_count, b = task % b_count;
       const int64_t pre = md[b] ? prefix.size(0) : 0;
       const Rows rows{prefix.data_ptr<int64_t>(), pre, id + b * ls, pre + cd[b]};
-      attend_one<DC, T>(qd + (b * hq + h * g_count) * d, kd + h * head_stride, vd + h * head_stride, rows,
-                        static_cast<int>(g_count), 1.f / std::sqrt(static_cast<float>(d)), scores,
-                        od + (b * hq + h * g_count) * d);
+      const float scale = 1.f / std::sqrt(static_cast<float>(d));
+      const int64_t at = (b * hq + h * g_count) * d;
+#ifdef RADIXLM_AVX512_BF16
+      if constexpr (std::is_same_v<T, at::BFloat16>) {
+        attend_one_bf16<DC / 2>(qd + at, kd + h * head_stride, vd + h * head_stride, rows,
+                                static_cast<int>(g_count), scale, scores, probs, od + at);
+        continue;
+      }
+#endif
+      attend_one<DC, T>(qd + at, kd + h * head_stride, vd + h * head_stride, rows, static_cast<int>(g_count),
+                        scale, scores, od + at);
     }
   });
 }

@@ -39,6 +39,8 @@ def available() -> bool:
 
     here = os.path.dirname(__file__)
     flags = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]
+    if "avx512_bf16" in _cpu_flags():  # bfloat16 dot products in the decode attention
+        flags += ["-mavx512bf16", "-DRADIXLM_AVX512_BF16"]
     try:
         cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
                            is_python_module=False, verbose=False)
