@@ -122,6 +122,13 @@ void attend_one(const T* qh, const T* kh, const T* vh, const Rows& rows, int g_c
 #ifdef RADIXLM_AVX512_BF16
 // bfloat16 pools on CPUs with AVX512-BF16: q . k and p . v as vdpbf16ps (pairs of bf16 products summed into
 // float32 lanes), so K and V are never widened to float32, and q . k is summed across lanes 4 keys at a time.
+// One task holds n query tokens x G query heads = R rows; row r = (token r / G, head r % G) sees keys
+// [0, len - n + r / G] (causal; decode: n = 1, every key). Scores [R, stride] float32, probs bf16.
+
+struct QueryRows {  // row r of a task's queries (or outputs): base + (r / g) * token_stride + (r % g) * D
+  int64_t n, g, token_stride;
+  int64_t offset(int64_t r, int64_t d) const { return (r / g) * token_stride + (r % g) * d; }
+};
 
 // [sum(a0), sum(a1), sum(a2), sum(a3)]
 inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
@@ -136,12 +143,13 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
 inline __m512i load_bf16x32(const at::BFloat16* p) { return _mm512_loadu_si512(p); }
 
-// q . k for key t of every query head g -> scores[g * stride + t]; KZ = D / 32 vectors a row.
+// scores[r * stride + t] = scale * q_r . k_t for every row and key (masking is the softmax's job).
 template <int KZ>
-void scores_bf16(const at::BFloat16* qh, const at::BFloat16* kh, const Rows& rows, int g_count, float scale,
-                 int64_t stride, float* scores) {
+void scores_bf16(const at::BFloat16* q, const QueryRows& qr, const at::BFloat16* kh, const Rows& rows,
+                 float scale, int64_t stride, float* scores) {
   constexpr int D = KZ * 32;
-  const int64_t len = rows.len;
+  const int64_t len = rows.len, r_count = qr.n * qr.g;
+  const __m128 sc = _mm_set1_ps(scale);
   int64_t t = 0;
   for (; t + 4 <= len; t += 4) {
     __m512i kv[4][KZ];
@@ -150,92 +158,115 @@ void scores_bf16(const at::BFloat16* qh, const at::BFloat16* kh, const Rows& row
       const at::BFloat16* kp = kh + rows.slot(t + j) * D;
       for (int c = 0; c < KZ; ++c) kv[j][c] = load_bf16x32(kp + 32 * c);
     }
-    for (int g = 0; g < g_count; ++g) {
-      __m512 acc[4];
-      for (int j = 0; j < 4; ++j) {
-        acc[j] = _mm512_setzero_ps();
-        for (int c = 0; c < KZ; ++c)
-          acc[j] = _mm512_dpbf16_ps(acc[j], as_bh(load_bf16x32(qh + g * D + 32 * c)), as_bh(kv[j][c]));
+    for (int64_t r = 0; r < r_count; ++r) {
+      const at::BFloat16* qp = q + qr.offset(r, D);
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int c = 0; c < KZ; ++c) {
+        const __m512bh qc = as_bh(load_bf16x32(qp + 32 * c));
+        for (int j = 0; j < 4; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], qc, as_bh(kv[j][c]));
       }
-      _mm_storeu_ps(scores + g * stride + t, _mm_mul_ps(reduce4(acc[0], acc[1], acc[2], acc[3]), _mm_set1_ps(scale)));
+      _mm_storeu_ps(scores + r * stride + t, _mm_mul_ps(reduce4(acc[0], acc[1], acc[2], acc[3]), sc));
     }
   }
   for (; t < len; ++t) {
     const at::BFloat16* kp = kh + rows.slot(t) * D;
-    for (int g = 0; g < g_count; ++g) {
+    for (int64_t r = 0; r < r_count; ++r) {
+      const at::BFloat16* qp = q + qr.offset(r, D);
       __m512 acc = _mm512_setzero_ps();
-      for (int c = 0; c < KZ; ++c)
-        acc = _mm512_dpbf16_ps(acc, as_bh(load_bf16x32(qh + g * D + 32 * c)), as_bh(load_bf16x32(kp + 32 * c)));
-      scores[g * stride + t] = _mm512_reduce_add_ps(acc) * scale;
+      for (int c = 0; c < KZ; ++c) acc = _mm512_dpbf16_ps(acc, as_bh(load_bf16x32(qp + 32 * c)), as_bh(load_bf16x32(kp + 32 * c)));
+      scores[r * stride + t] = _mm512_reduce_add_ps(acc) * scale;
     }
   }
 }
 
-// out[g] = sum_t p[g, t] v_t with p as bf16 pairs (keys t, t + 1) against V rows interleaved pairwise.
-// unpacklo/hi_epi16 interleave within 128-bit lanes: lo holds dims 8L..8L+3 of lane L, hi 8L+4..8L+7.
-template <int KZ>
-void values_bf16(const uint16_t* probs, const at::BFloat16* vh, const Rows& rows, int g_count, int64_t pstride,
-                 const float* inv_sum, at::BFloat16* out) {
+// Row r's softmax numerators over its live keys as bf16 into probs (0 beyond them) -> 1 / their sum.
+inline float softmax_row(const float* s, int64_t live_len, int64_t stride, uint16_t* probs) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t t = 0; t < live_len; t += 16) {
+    const __mmask16 live = live_len - t >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (live_len - t)) - 1);
+    mx = _mm512_mask_max_ps(mx, live, mx, _mm512_loadu_ps(s + t));
+  }
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < stride; t += 16) {
+    const int64_t left = live_len - t;
+    const __mmask16 live = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs + t), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+    sum = _mm512_add_ps(sum, e);
+  }
+  return 1.f / _mm512_reduce_add_ps(sum);
+}
+
+// out rows [r0, r0 + RB) = sum_t p[r, t] v_t / sum, with p as bf16 pairs (keys t, t + 1) against V rows
+// interleaved pairwise. unpacklo/hi_epi16 interleave within 128-bit lanes: lo holds dims 8L..8L+3 of
+// lane L, hi 8L+4..8L+7. The pairs run to the last key any of the RB rows sees.
+template <int KZ, int RB>
+void values_bf16(const uint16_t* probs, int64_t stride, int64_t r0, int64_t keys, const at::BFloat16* vh,
+                 const Rows& rows, const float* inv_sum, at::BFloat16* out, const QueryRows& orow) {
   constexpr int D = KZ * 32;
-  const int64_t len = rows.len;
-  __m512 lo[16][KZ], hi[16][KZ];
-  for (int g = 0; g < g_count; ++g)
-    for (int c = 0; c < KZ; ++c) lo[g][c] = hi[g][c] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < len; t += 2) {
-    prefetch_row(vh, rows, t + kAhead, len, D * 2);
-    prefetch_row(vh, rows, t + 1 + kAhead, len, D * 2);
+  __m512 lo[RB][KZ], hi[RB][KZ];
+  for (int i = 0; i < RB; ++i)
+    for (int c = 0; c < KZ; ++c) lo[i][c] = hi[i][c] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < keys; t += 2) {
+    prefetch_row(vh, rows, t + kAhead, keys, D * 2);
+    prefetch_row(vh, rows, t + 1 + kAhead, keys, D * 2);
     const at::BFloat16* v0 = vh + rows.slot(t) * D;
-    const at::BFloat16* v1 = t + 1 < len ? vh + rows.slot(t + 1) * D : v0;  // its probability is 0
+    const at::BFloat16* v1 = t + 1 < keys ? vh + rows.slot(t + 1) * D : v0;  // its probability is 0
+    __m512bh pp[RB];
+    for (int i = 0; i < RB; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, probs + (r0 + i) * stride + t, 4);
+      pp[i] = as_bh(_mm512_set1_epi32(pair));
+    }
     for (int c = 0; c < KZ; ++c) {
       const __m512i a = load_bf16x32(v0 + 32 * c), b = load_bf16x32(v1 + 32 * c);
       const __m512bh pl = as_bh(_mm512_unpacklo_epi16(a, b)), ph = as_bh(_mm512_unpackhi_epi16(a, b));
-      for (int g = 0; g < g_count; ++g) {
-        int32_t pair;
-        std::memcpy(&pair, probs + g * pstride + t, 4);
-        const __m512bh pp = as_bh(_mm512_set1_epi32(pair));
-        lo[g][c] = _mm512_dpbf16_ps(lo[g][c], pl, pp);
-        hi[g][c] = _mm512_dpbf16_ps(hi[g][c], ph, pp);
+      for (int i = 0; i < RB; ++i) {
+        lo[i][c] = _mm512_dpbf16_ps(lo[i][c], pl, pp[i]);
+        hi[i][c] = _mm512_dpbf16_ps(hi[i][c], ph, pp[i]);
       }
     }
   }
   // back to dim order: lo lanes 4L..4L+3 are dims 8L..8L+3, hi's are 8L+4..8L+7
   const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  for (int g = 0; g < g_count; ++g) {
-    const __m512 inv = _mm512_set1_ps(inv_sum[g]);
+  for (int i = 0; i < RB; ++i) {
+    const __m512 inv = _mm512_set1_ps(inv_sum[r0 + i]);
+    at::BFloat16* o = out + orow.offset(r0 + i, D);
     for (int c = 0; c < KZ; ++c) {
-      store16(out + g * D + 32 * c, _mm512_mul_ps(_mm512_permutex2var_ps(lo[g][c], first, hi[g][c]), inv));
-      store16(out + g * D + 32 * c + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo[g][c], second, hi[g][c]), inv));
+      store16(o + 32 * c, _mm512_mul_ps(_mm512_permutex2var_ps(lo[i][c], first, hi[i][c]), inv));
+      store16(o + 32 * c + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo[i][c], second, hi[i][c]), inv));
     }
   }
 }
 
-// attend_one for bfloat16 (see above); KZ = D / 32.
+struct Scratch {
+  std::vector<float> scores, inv_sum;
+  std::vector<uint16_t> probs;
+};
+
+// One task: n query tokens x G heads of one KV head over rows (causal for n > 1). KZ = D / 32.
 template <int KZ>
-void attend_one_bf16(const at::BFloat16* qh, const at::BFloat16* kh, const at::BFloat16* vh, const Rows& rows,
-                     int g_count, float scale, std::vector<float>& scores, std::vector<uint16_t>& probs,
-                     at::BFloat16* out) {
-  const int64_t len = rows.len, stride = (len + 15) / 16 * 16;
-  scores.assign(g_count * stride, -INFINITY);
-  probs.assign(g_count * stride, 0);
-  scores_bf16<KZ>(qh, kh, rows, g_count, scale, stride, scores.data());
-  float inv_sum[16];
-  for (int g = 0; g < g_count; ++g) {
-    float* s = scores.data() + g * stride;
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t t = 0; t < stride; t += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t t = 0; t < stride; t += 16) {
-      const __mmask16 live = len - t >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (len - t)) - 1);
-      const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs.data() + g * stride + t),
-                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
-      sum = _mm512_add_ps(sum, e);
-    }
-    inv_sum[g] = 1.f / _mm512_reduce_add_ps(sum);
+void attend_rows_bf16(const at::BFloat16* q, const QueryRows& qr, const at::BFloat16* kh, const at::BFloat16* vh,
+                      const Rows& rows, float scale, Scratch& scratch, at::BFloat16* out, const QueryRows& orow) {
+  const int64_t len = rows.len, stride = (len + 15) / 16 * 16, r_count = qr.n * qr.g;
+  scratch.scores.resize(r_count * stride);
+  scratch.probs.resize(r_count * stride);
+  scratch.inv_sum.resize(r_count);
+  scores_bf16<KZ>(q, qr, kh, rows, scale, stride, scratch.scores.data());
+  auto live_len = [&](int64_t r) { return len - qr.n + r / qr.g + 1; };
+  for (int64_t r = 0; r < r_count; ++r) {
+    scratch.inv_sum[r] = softmax_row(scratch.scores.data() + r * stride, live_len(r), stride,
+                                     scratch.probs.data() + r * stride);
   }
-  values_bf16<KZ>(probs.data(), vh, rows, g_count, stride, inv_sum, out);
+  int64_t r0 = 0;
+  for (; r0 + 4 <= r_count; r0 += 4) {
+    values_bf16<KZ, 4>(scratch.probs.data(), stride, r0, live_len(r0 + 3), vh, rows, scratch.inv_sum.data(), out, orow);
+  }
+  for (; r0 < r_count; ++r0) {
+    values_bf16<KZ, 1>(scratch.probs.data(), stride, r0, live_len(r0), vh, rows, scratch.inv_sum.data(), out, orow);
+  }
 }
 #endif
 
@@ -253,7 +284,9 @@ void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
   T* od = out.data_ptr<T>();
   at::parallel_for(0, hkv * b_count, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
-    std::vector<uint16_t> probs;
+#ifdef RADIXLM_AVX512_BF16
+    Scratch scratch;
+#endif
     for (int64_t task = begin; task < end; ++task) {  // head-major: a head's prefix stays in cache
       const int64_t h = task / b_count, b = task % b_count;
       const int64_t pre = md[b] ? prefix.size(0) : 0;
@@ -262,8 +295,9 @@ void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
       const int64_t at = (b * hq + h * g_count) * d;
 #ifdef RADIXLM_AVX512_BF16
       if constexpr (std::is_same_v<T, at::BFloat16>) {
-        attend_one_bf16<DC / 2>(qd + at, kd + h * head_stride, vd + h * head_stride, rows,
-                                static_cast<int>(g_count), scale, scores, probs, od + at);
+        const QueryRows qr{1, g_count, hq * d};
+        attend_rows_bf16<DC / 2>(qd + at, qr, kd + h * head_stride, vd + h * head_stride, rows, scale, scratch,
+                                 od + at, qr);
         continue;
       }
 #endif
@@ -302,10 +336,73 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return out;
 }
 
+
+#ifdef RADIXLM_AVX512_BF16
+constexpr int64_t kChunk = 16;  // query tokens a task: long prompts split across threads
+
+// Prefill / extend: request r's ext[r] new tokens (q rows start[r] ..) attend causally to its slots
+// table[r, :seq[r]] (its cached prefix, then the new tokens, already stored). bfloat16 only.
+at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table,
+                            const at::Tensor& seq_lens, const at::Tensor& ext_lens) {
+  TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == at::kBFloat16, "q must be a contiguous bfloat16 [T, Hq, D] tensor");
+  TORCH_CHECK(k.dim() == 3 && k.stride(2) == 1 && k.stride(1) == q.size(2) && v.strides() == k.strides() &&
+              k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16,
+              "k and v must be head-major bfloat16 [Hkv, S, D] pools with contiguous rows");
+  TORCH_CHECK(q.size(2) == 64 || q.size(2) == 128, "head dim must be 64 or 128, got ", q.size(2));
+  TORCH_CHECK(q.size(1) % k.size(0) == 0, "query heads must be a multiple of KV heads");
+  TORCH_CHECK(table.dim() == 2 && table.scalar_type() == at::kLong && table.stride(1) == 1, "table must be int64 [R, L] with contiguous rows");
+  TORCH_CHECK(seq_lens.scalar_type() == at::kLong && ext_lens.scalar_type() == at::kLong && seq_lens.is_contiguous() &&
+              ext_lens.is_contiguous() && seq_lens.numel() == table.size(0) && ext_lens.numel() == table.size(0),
+              "seq_lens and ext_lens must be int64 [R]");
+  const int64_t r_count = table.size(0), hq = q.size(1), hkv = k.size(0), d = q.size(2), g = hq / hkv;
+  const int64_t* seq = seq_lens.data_ptr<int64_t>();
+  const int64_t* ext = ext_lens.data_ptr<int64_t>();
+  struct Task { int64_t req, c0, c1, q0; };
+  std::vector<Task> tasks;
+  int64_t q0 = 0;
+  for (int64_t r = 0; r < r_count; ++r) {
+    TORCH_CHECK(ext[r] >= 1 && ext[r] <= seq[r] && seq[r] <= table.size(1), "request ", r, ": bad lengths");
+    for (int64_t c0 = 0; c0 < ext[r]; c0 += kChunk) tasks.push_back({r, c0, std::min(ext[r], c0 + kChunk), q0});
+    q0 += ext[r];
+  }
+  TORCH_CHECK(q0 == q.size(0), "q has ", q.size(0), " rows; the requests extend by ", q0);
+  at::Tensor out = at::empty({q.size(0), hq * d}, q.options());
+  const auto* qd = q.data_ptr<at::BFloat16>();
+  const auto* kd = k.data_ptr<at::BFloat16>();
+  const auto* vd = v.data_ptr<at::BFloat16>();
+  auto* od = out.data_ptr<at::BFloat16>();
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size());
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  at::parallel_for(0, n_tasks * hkv, 1, [&](int64_t begin, int64_t end) {
+    Scratch scratch;
+    for (int64_t i = begin; i < end; ++i) {
+      const Task& t = tasks[i / hkv];
+      const int64_t h = i % hkv;
+      const int64_t prefix = seq[t.req] - ext[t.req];
+      const Rows rows{nullptr, 0, table.data_ptr<int64_t>() + t.req * table.stride(0), prefix + t.c1};
+      const QueryRows qr{t.c1 - t.c0, g, hq * d};
+      const int64_t at = (t.q0 + t.c0) * hq * d + h * g * d;
+      if (d == 64) {
+        attend_rows_bf16<2>(qd + at, qr, kd + h * k.stride(0), vd + h * k.stride(0), rows, scale, scratch, od + at, qr);
+      } else {
+        attend_rows_bf16<4>(qd + at, qr, kd + h * k.stride(0), vd + h * k.stride(0), rows, scale, scratch, od + at, qr);
+      }
+    }
+  });
+  return out;
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor idx, Tensor counts, Tensor prefix, Tensor member) -> Tensor");
+  m.def("extend_attention(Tensor q, Tensor k, Tensor v, Tensor table, Tensor seq_lens, Tensor ext_lens) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) { m.impl("decode_attention", &decode_attention); }
+TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
+  m.impl("decode_attention", &decode_attention);
+#ifdef RADIXLM_AVX512_BF16
+  m.impl("extend_attention", &extend_attention);
+#endif
+}

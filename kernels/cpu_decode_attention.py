@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.kernels.cpu_ext import available
+from radixlm.kernels.cpu_ext import available, has_bf16
 
-__all__ = ["available", "decode_attention", "decode_attention_torch"]
+__all__ = ["available", "decode_attention", "decode_attention_torch", "extend_attention", "extend_available"]
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, counts: torch.Tensor,
@@ -34,3 +34,34 @@ def decode_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, id
         p = torch.softmax(qq @ kk.transpose(1, 2) / d**0.5, dim=-1)
         out[i] = (p @ vv).reshape(hq, d).to(q.dtype)
     return out.view(b, hq * d)
+
+
+def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor, seq_lens: torch.Tensor,
+                     ext_lens: torch.Tensor) -> torch.Tensor:
+    """Prefill / extend (bfloat16, CPUs with AVX512-BF16: ``extend_available()``): request r's ext_lens[r] new
+    tokens, rows of q [T, Hq, D] in request order, attend causally to its slots table[r, :seq_lens[r]] (the
+    cached prefix, then the new tokens, already stored) -> [T, Hq * D]."""
+    return torch.ops.radixlm_cpu.extend_attention(q, k, v, table, seq_lens, ext_lens)
+
+
+def extend_available() -> bool:
+    return available() and has_bf16()
+
+
+def extend_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,
+                           seq_lens: torch.Tensor, ext_lens: torch.Tensor) -> torch.Tensor:
+    """The reference: per request, float32 causal softmax attention of its new tokens over its slots."""
+    hq, d = q.shape[1], q.shape[2]
+    hkv = k.shape[0]
+    out, start = [], 0
+    for r in range(table.shape[0]):
+        n, total = int(ext_lens[r]), int(seq_lens[r])
+        slots = table[r, :total]
+        kk, vv = k[:, slots].float(), v[:, slots].float()  # [Hkv, L, D]
+        qq = q[start:start + n].float().view(n, hkv, hq // hkv, d).permute(1, 0, 2, 3)  # [Hkv, n, G, D]
+        s = torch.einsum("hngd,hld->hngl", qq, kk) / d**0.5
+        visible = torch.arange(total)[None, :] <= (total - n + torch.arange(n))[:, None]  # [n, L]
+        p = torch.softmax(s.masked_fill(~visible[None, :, None, :], float("-inf")), dim=-1)
+        out.append(torch.einsum("hngl,hld->nhgd", p, vv).reshape(n, hq * d).to(q.dtype))
+        start += n
+    return torch.cat(out)

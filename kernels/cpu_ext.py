@@ -39,7 +39,7 @@ def available() -> bool:
 
     here = os.path.dirname(__file__)
     flags = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]
-    if "avx512_bf16" in _cpu_flags():  # bfloat16 dot products in the decode attention
+    if has_bf16():  # bfloat16 dot products in the attention kernels
         flags += ["-mavx512bf16", "-DRADIXLM_AVX512_BF16"]
     try:
         cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
@@ -51,6 +51,11 @@ def available() -> bool:
     return True
 
 
+def has_bf16() -> bool:
+    """Whether the kernels are built with AVX512-BF16 (the bfloat16 attention paths, extend_attention)."""
+    return "avx512_bf16" in _cpu_flags()
+
+
 def _register_fakes() -> None:
     """Output shapes for torch.compile's tracing."""
     fake = torch.library.register_fake
@@ -58,3 +63,5 @@ def _register_fakes() -> None:
     fake("radixlm_cpu::int8_linear")(lambda x, w, s: x.new_empty(x.shape[0], s.shape[0]))  # a scale per row
     fake("radixlm_cpu::decode_attention")(
         lambda q, k, v, idx, counts, prefix, member: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))
+    fake("radixlm_cpu::extend_attention")(
+        lambda q, k, v, table, seq_lens, ext_lens: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))

@@ -8,6 +8,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from radixlm.kernels import cpu_decode_attention as native_kernel
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.decode_attention import decode_attention, plan_decode
 from radixlm.runtime.kv_pool import KVPool, ReqToTokenPool
@@ -30,11 +31,17 @@ class TorchAttentionBackend:
         self.pool = pool
         self.req_to_token = req_to_token
         self.native_decode = native_decode  # decode through the C++ kernel (decode_attention.native_fits)
+        # extend too, where that kernel has its bfloat16 form (AVX512-BF16)
+        self.native_extend = native_decode and pool.dtype == torch.bfloat16 and native_kernel.extend_available()
 
     def prepare(self, batch: ForwardBatch) -> None:
         table = self.req_to_token.table
         if batch.mode == "decode":
             batch.attn_meta = plan_decode(table, batch.req_rows, batch.seq_lens)
+            return
+        if self.native_extend:
+            rows = table[batch.req_rows, : max(batch.seq_lens)]  # [R, L]: cached prefix, then the new tokens
+            batch.attn_meta = (rows, torch.tensor(batch.seq_lens), torch.tensor(batch.extend_lens))
             return
         meta, start = [], 0
         for row, seq_len, ext in zip(batch.req_rows.tolist(), batch.seq_lens, batch.extend_lens, strict=True):
@@ -51,6 +58,9 @@ class TorchAttentionBackend:
         self.pool.store(layer, batch.out_cache_loc, k, v)
         if batch.mode == "decode":
             return decode_attention(q, self.pool, layer, batch.attn_meta, self.native_decode)
+        if self.native_extend:
+            kb, vb = self.pool.k_buffer[layer], self.pool.v_buffer[layer]
+            return native_kernel.extend_attention(q.contiguous(), kb, vb, *batch.attn_meta)
         out = torch.empty(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype)
         groups = q.shape[1] // k.shape[1]
         for s, e, kv_idx, mask in batch.attn_meta:
