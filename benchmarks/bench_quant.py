@@ -1,6 +1,7 @@
-"""Weight-only quantization on the CPU, all in one run: the 30 layers' matmuls per token (kernels alone), and
-decode speed of the whole engine per weight format, eager and with the compiled decode step
-(``--enable-torch-compile``), as ratios against eager bfloat16.
+"""Weight-only quantization on the CPU, all in one run: the 30 layers' matmuls per token (kernels alone: torch's
+and radixlm's AVX512-VNNI ones), the 49k-row int8 LM head, and decode speed of the whole engine per weight
+format, eager and with the compiled decode step (``--enable-torch-compile``), with torch's ops
+(``--cpu-kernels torch``) and radixlm's C++ kernels (auto), as ratios against eager bfloat16.
 
     python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 4] [--batch 1 8]
 
@@ -22,13 +23,13 @@ from radixlm.runtime.quantization import QuantWeight
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down (N, K)
 
 
-def layer_matmuls_ms(kind: str, rows: int, layers: int = 30) -> float:
+def layer_matmuls_ms(kind: str, rows: int, kernels: str = "torch", layers: int = 30) -> float:
     gen = torch.Generator().manual_seed(0)
     weights = []
     for _ in range(layers):
         for n, k in SHAPES:
             w = torch.randn(n, k, generator=gen, dtype=torch.float32).to(torch.bfloat16)
-            weights.append(w if kind == "bf16" else QuantWeight.quantize(w, kind, torch.bfloat16))
+            weights.append(w if kind == "bf16" else QuantWeight.quantize(w, kind, torch.bfloat16, kernels))
     xs = {k: torch.randn(rows, k, dtype=torch.bfloat16) for _, k in SHAPES}
 
     def step() -> float:
@@ -43,11 +44,25 @@ def layer_matmuls_ms(kind: str, rows: int, layers: int = 30) -> float:
 
 
 def _in_features(w: QuantWeight) -> int:
-    return w.data.shape[1] * (2 if w.kind == "int4" else 1)
+    return w.in_features
 
 
-def engine_tok_s(dtype: str, quantization: str, compiled: bool, batch: int, new_tokens: int, repeats: int) -> float:
-    engine = Engine(progress=False, dtype=dtype, quantization=quantization, enable_torch_compile=compiled)
+def lm_head_ms(rows: int, kernels: str) -> float:
+    """The int8 49,152 x 576 head (SmolLM2's tied embedding), median of 15 calls."""
+    w = torch.randn(49152, 576, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    q, x = QuantWeight.quantize(w, "int8", torch.bfloat16, kernels), torch.randn(rows, 576, dtype=torch.bfloat16)
+    times = []
+    for _ in range(16):
+        t = time.perf_counter()
+        q.matmul(x)
+        times.append(time.perf_counter() - t)
+    return sorted(times[1:])[7] * 1e3
+
+
+def engine_tok_s(dtype: str, quantization: str, compiled: bool, kernels: str, batch: int, new_tokens: int,
+                 repeats: int) -> float:
+    engine = Engine(progress=False, dtype=dtype, quantization=quantization, enable_torch_compile=compiled,
+                    cpu_kernels=kernels)
     prompts = [f"Question {i}: write a long story about a dragon number {i} and a knight. " * 4 for i in range(batch)]
     sp = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
     engine.generate(prompts, {**sp, "max_new_tokens": 4})
@@ -65,19 +80,28 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     args = ap.parse_args()
-    print("| 30 layers' matmuls | " + " | ".join(f"{r} row(s) ms" for r in (1, 8, 64)) + " |")
-    print("|---|---|---|---|")
-    for kind in ("bf16", "int8", "int4"):
-        print(f"| {kind} | " + " | ".join(f"{layer_matmuls_ms(kind, r):.1f}" for r in (1, 8, 64)) + " |")
-    configs = [("float32", "none", False), ("bfloat16", "none", False), ("bfloat16", "int8", False),
-               ("bfloat16", "int4", False), ("bfloat16", "none", True), ("bfloat16", "int4", True)]
+    rows = (1, 8, 16, 64)
+    print("| 30 layers' matmuls | " + " | ".join(f"{r} row(s) ms" for r in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for kind, kernels in (("bf16", "torch"), ("int8", "torch"), ("int8", "auto"), ("int4", "torch"), ("int4", "auto")):
+        name = kind + ("" if kind == "bf16" else " (torch)" if kernels == "torch" else " (radixlm VNNI)")
+        print(f"| {name} | " + " | ".join(f"{layer_matmuls_ms(kind, r, kernels):.1f}" for r in rows) + " |")
+    for kernels in ("torch", "auto"):
+        name = "int8 LM head" + (" (torch)" if kernels == "torch" else " (radixlm VNNI)")
+        print(f"| {name} | " + " | ".join(f"{lm_head_ms(r, kernels):.1f}" for r in rows) + " |")
+    configs = [("float32", "none", False, "torch"), ("bfloat16", "none", False, "torch"),
+               ("bfloat16", "int8", False, "torch"), ("bfloat16", "int4", False, "torch"),
+               ("bfloat16", "none", True, "torch"), ("bfloat16", "int4", True, "torch"),
+               ("bfloat16", "int8", False, "auto"), ("bfloat16", "int4", False, "auto"),
+               ("bfloat16", "int4", True, "auto")]
     print("\n| weights | " + " | ".join(f"batch {b} tok/s | vs bf16" for b in args.batch) + " |")
     print("|---|" + "---|---|" * len(args.batch))
     results = {c: [engine_tok_s(*c, b, args.new_tokens, args.repeats) for b in args.batch] for c in configs}
-    base = results[("bfloat16", "none", False)]
-    for (dtype, quant, compiled), speeds in results.items():
+    base = results[("bfloat16", "none", False, "torch")]
+    for (dtype, quant, compiled, kernels), speeds in results.items():
         cells = " | ".join(f"{s:.1f} | {s / b:.2f}x" for s, b in zip(speeds, base, strict=True))
         name = dtype + ("" if quant == "none" else " + " + quant) + (", compiled" if compiled else "")
+        name += ", radixlm kernels" if kernels == "auto" else ""
         print(f"| {name} | {cells} |")
 
 
