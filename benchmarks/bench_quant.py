@@ -13,6 +13,8 @@ step), median of 15 passes. Engine: greedy, ``ignore_eos``, a ~64-token prompt p
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import time
 
 import torch
@@ -59,19 +61,33 @@ def lm_head_ms(rows: int, kernels: str) -> float:
     return sorted(times[1:])[7] * 1e3
 
 
-def engine_tok_s(dtype: str, quantization: str, compiled: bool, kernels: str, batch: int, new_tokens: int,
-                 repeats: int) -> float:
+def engine_tok_s(dtype: str, quantization: str, compiled: bool, kernels: str, batches: list[int], new_tokens: int,
+                 repeats: int) -> list[float]:
+    """Decode tok/s of one engine at each batch size."""
     engine = Engine(progress=False, dtype=dtype, quantization=quantization, enable_torch_compile=compiled,
                     cpu_kernels=kernels)
-    prompts = [f"Question {i}: write a long story about a dragon number {i} and a knight. " * 4 for i in range(batch)]
-    sp = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
-    engine.generate(prompts, {**sp, "max_new_tokens": 4})
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        engine.generate(prompts, sp)
-        best = min(best, time.perf_counter() - t)
-    return batch * new_tokens / best
+    speeds = []
+    for batch in batches:
+        prompts = [f"Question {i}: write a long story about a dragon number {i} and a knight. " * 4
+                   for i in range(batch)]
+        sp = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
+        engine.generate(prompts, {**sp, "max_new_tokens": 4})
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            engine.generate(prompts, sp)
+            best = min(best, time.perf_counter() - t)
+        speeds.append(batch * new_tokens / best)
+    return speeds
+
+
+def in_child(fn, *args):
+    """fn(*args) in a fresh process: engines left in one process (their compiled graphs, pools and torch
+    threads) slowed the later ones (the compiled int4 row with radixlm's kernels, ninth engine of the
+    process: 55 tok/s at batch 1; alone in a process: 123-130, 2026-11-30)."""
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(fn, *args).result()
 
 
 def main() -> None:
@@ -96,7 +112,7 @@ def main() -> None:
                ("bfloat16", "int4", True, "auto")]
     print("\n| weights | " + " | ".join(f"batch {b} tok/s | vs bf16" for b in args.batch) + " |")
     print("|---|" + "---|---|" * len(args.batch))
-    results = {c: [engine_tok_s(*c, b, args.new_tokens, args.repeats) for b in args.batch] for c in configs}
+    results = {c: in_child(engine_tok_s, *c, args.batch, args.new_tokens, args.repeats) for c in configs}
     base = results[("bfloat16", "none", False, "torch")]
     for (dtype, quant, compiled, kernels), speeds in results.items():
         cells = " | ".join(f"{s:.1f} | {s / b:.2f}x" for s, b in zip(speeds, base, strict=True))

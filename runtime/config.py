@@ -95,11 +95,14 @@ class EngineConfig:
     enable_torch_compile: bool = _opt(False, "CPU: run decode batches through one torch.compile'd graph (about "
                                       "1.4x faster decode; compiles for a minute or so at startup, cached on disk)")
     torch_compile_max_bs: int = _opt(16, "largest decode batch the compiled CPU step runs (larger ones run eagerly)")
+    stream_interval: int = _opt(1, "server: send a running request's new tokens on every N-th decode step (its "
+                                "first token and its end go at once): fewer wake-ups of the helper processes "
+                                "on the cores the forward pass uses, in coarser chunks")
     tp_size: int = _opt(1, "tensor-parallel ranks (one scheduler process each; gloo on the CPU, NCCL on GPUs)")
 
     def __post_init__(self) -> None:
         positive = ("page_size", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "tp_size",
-                    "torch_compile_max_bs")
+                    "torch_compile_max_bs", "stream_interval")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -54,6 +54,20 @@ class Progress(msgspec.Struct):
     spec_accepted_tokens: int = 0  # ... and accepted
 
 
+def merge_progress(earlier: Progress, later: Progress) -> Progress:
+    """One update for a request's steps held back together (stream_interval): the new tokens (and their
+    logprobs) of both in order, the once-only fields of the first, the counters and end of the later."""
+    later.new_ids = earlier.new_ids + later.new_ids
+    if earlier.output_logprobs is not None:
+        later.output_logprobs = earlier.output_logprobs + (later.output_logprobs or [])
+    if earlier.output_top_logprobs is not None:
+        later.output_top_logprobs = earlier.output_top_logprobs + (later.output_top_logprobs or [])
+    for name in ("input_logprobs", "input_top_logprobs", "queue_time"):
+        if getattr(earlier, name) is not None:
+            setattr(later, name, getattr(earlier, name))
+    return later
+
+
 class TokenUpdate(Progress):
     """Scheduler -> detokenizer, with what the detokenizer needs to cut stop strings."""
 

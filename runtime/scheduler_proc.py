@@ -26,6 +26,7 @@ from radixlm.runtime.messages import (
     ToScheduler,
     decoder,
     encode,
+    merge_progress,
 )
 from radixlm.runtime.proc_utils import die_with_parent, parent_alive
 from radixlm.runtime.request import LogprobSettings, Req, SamplingParams
@@ -45,6 +46,8 @@ class SchedulerProcess:
         self.decode_msg = decoder(ToScheduler)
         self.last_stats = 0.0
         self.running = True
+        self.held: dict[str, TokenUpdate] = {}  # rid -> tokens not sent yet (stream_interval > 1)
+        self.interval = engine.config.stream_interval
 
     def loop(self, parent_pid: int) -> None:
         while self.running and parent_alive(parent_pid):
@@ -56,10 +59,27 @@ class SchedulerProcess:
                 updates = [self._update(o) for o in outputs]
                 for err in (u for u in updates if isinstance(u, ReqError)):
                     self.to_api.send(encode(err))
-                tokens = [u for u in updates if isinstance(u, TokenUpdate)]
+                tokens = self._due([u for u in updates if isinstance(u, TokenUpdate)])
                 if tokens:
                     self.to_detok.send(encode(TokenBatch(tokens)))
             self._maybe_send_stats()
+
+    def _due(self, updates: list[TokenUpdate]) -> list[TokenUpdate]:
+        """The updates to send now: all of them at stream_interval 1; otherwise a request's first token, its
+        end, and its tokens once stream_interval of them are held; the rest wait, merged per request."""
+        if self.interval == 1:
+            return updates
+        due = []
+        for u in updates:
+            held = self.held.pop(u.rid, None)
+            first = u.completion_tokens == len(u.new_ids)
+            if held is not None:
+                u = merge_progress(held, u)
+            if first or u.finished or len(u.new_ids) >= self.interval:
+                due.append(u)
+            else:
+                self.held[u.rid] = u
+        return due
 
     def _drain(self) -> None:
         while True:
@@ -76,6 +96,7 @@ class SchedulerProcess:
         if isinstance(msg, GenerateReq):
             self._add(msg)
         elif isinstance(msg, AbortReq):
+            self.held.pop(msg.rid, None)
             self.sched.abort(msg.rid)
         elif isinstance(msg, FlushCacheReq):
             try:

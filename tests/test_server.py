@@ -164,14 +164,21 @@ def test_native_endpoints(server):
     assert httpx.get(f"{u}/v1/models").json()["data"][0]["id"]
 
 
-def test_api_key_and_clean_shutdown(server_process):
-    srv = server_process("--api-key", "sekrit", "--max-total-tokens", "4096")
+def test_api_key_stream_interval_and_clean_shutdown(server_process):
+    srv = server_process("--api-key", "sekrit", "--max-total-tokens", "4096", "--stream-interval", "4")
     try:
         assert httpx.get(f"{srv.url}/health").status_code == 200
         r = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
-        ok = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="sekrit").models.list()
-        assert ok.data
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="sekrit")
+        assert client.models.list().data
+        # --stream-interval 4: the same text in fewer chunks, the first one alone
+        args = {"model": client.models.list().data[0].id, "prompt": "The capital of France is", "max_tokens": 20, "temperature": 0,
+                "extra_body": {"ignore_eos": True}}
+        whole = client.completions.create(**args).choices[0].text
+        chunks = [c.choices[0].text for c in client.completions.create(**args, stream=True) if c.choices]
+        assert "".join(chunks) == whole
+        assert 5 <= len([c for c in chunks if c]) <= 8  # 1 + 19 tokens in fours (a chunk may hold no text yet)
     finally:
         assert srv.stop() == 0
     threading.Event().wait(0.5)
