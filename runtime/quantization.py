@@ -11,8 +11,9 @@ per token. The kernels lose to the dense bf16 matmul once a batch has more than 
 so a layer may also keep its dense weight for those batches (``keep_dense``), at the cost of its memory.
 
 Two backends: ``torch`` (the aten kernels above) and ``vnni`` (radixlm.kernels.cpu_quant_matmul: int8
-activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles; 1.5-1.7x the aten int4 kernel at 1-16
-rows and 2x the dense LM head at 8), chosen per weight by ``cpu_kernels`` and the shapes the kernels take.
+activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles; bench_quant.py: the 30 layers' int4
+matmuls 3.8 / 8.0 / 14.9 ms at 1 / 8 / 16 rows vs 4.1 / 11.8 / 21.8 for aten's kernel, the int8 LM head 1.2
+/ 1.9 ms at 1 / 8 rows vs 2.0 / 6.0), chosen per weight by ``cpu_kernels`` and the shapes the kernels take.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ INT4_GROUP = 32
 # kernel wins clearly only at one row (49k-row LM head: 1.8 vs 3.4 ms at 1 row, 3.0 vs 3.9 at 4, 5.6 vs 4.6
 # at 8): one row only, which also keeps the compiled decode graph free of a batch-size branch.
 QUANT_MAX_ROWS = {"int8": 1, "int4": 16}
-VNNI_MAX_ROWS = 16  # both kinds (LM head at 8 rows: 2.5 ms vs 4.7 dense bf16; int4 layers 7.3 vs 10.9 aten)
+# radixlm's kernels up to 32 rows, both kinds (30 layers' matmuls, int4 vs dense bf16: 8.0 vs 22.4 ms at 8
+# rows, 21.7 vs 27.6 at 24, 28.3 vs 30.0 at 32, 42.3 vs 40.4 at 48; LM head at 8 rows 1.9 vs 6.0 for torch's)
+VNNI_MAX_ROWS = 32
 
 
 @dataclass(frozen=True)
