@@ -66,6 +66,34 @@ inline void prefetch_row(const T* base, const Rows& rows, int64_t t, int64_t len
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+inline void store_probs(float* dst, __m512 e) { _mm512_storeu_ps(dst, e); }
+#ifdef RADIXLM_AVX512_BF16
+inline void store_probs(uint16_t* dst, __m512 e) {  // as bfloat16
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+}
+#endif
+
+// A row's softmax numerators over its first live_len keys into probs (0 beyond them; probs may be s
+// itself) -> 1 / their sum.
+template <typename P>
+float softmax_row(const float* s, int64_t live_len, int64_t stride, P* probs) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t t = 0; t < live_len; t += 16) {
+    const __mmask16 live = live_len - t >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (live_len - t)) - 1);
+    mx = _mm512_mask_max_ps(mx, live, mx, _mm512_loadu_ps(s + t));
+  }
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < stride; t += 16) {
+    const int64_t left = live_len - t;
+    const __mmask16 live = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m)));
+    store_probs(probs + t, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return 1.f / _mm512_reduce_add_ps(sum);
+}
+
 // One (request, KV head): q rows qh [G, D] -> out rows [G, D]. DC = D / 16 vectors a row.
 template <int DC, typename T>
 void attend_one(const T* qh, const T* kh, const T* vh, const Rows& rows, int g_count, float scale,
@@ -89,17 +117,8 @@ void attend_one(const T* qh, const T* kh, const T* vh, const Rows& rows, int g_c
   }
   float inv_sum[16];
   for (int g = 0; g < g_count; ++g) {  // softmax numerators in place
-    float* s = scores.data() + g * stride;
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t t = 0; t < stride; t += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t t = 0; t < stride; t += 16) {
-      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m));  // padding: exp(-87), never read
-      _mm512_storeu_ps(s + t, e);
-      sum = _mm512_add_ps(sum, e);
-    }
-    inv_sum[g] = 1.f / _mm512_reduce_add_ps(sum);
+    float* sg = scores.data() + g * stride;
+    inv_sum[g] = softmax_row(sg, len, stride, sg);
   }
   __m512 acc[16][DC];
   for (int g = 0; g < g_count; ++g)
@@ -177,25 +196,6 @@ void scores_bf16(const at::BFloat16* q, const QueryRows& qr, const at::BFloat16*
       scores[r * stride + t] = _mm512_reduce_add_ps(acc) * scale;
     }
   }
-}
-
-// Row r's softmax numerators over its live keys as bf16 into probs (0 beyond them) -> 1 / their sum.
-inline float softmax_row(const float* s, int64_t live_len, int64_t stride, uint16_t* probs) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int64_t t = 0; t < live_len; t += 16) {
-    const __mmask16 live = live_len - t >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (live_len - t)) - 1);
-    mx = _mm512_mask_max_ps(mx, live, mx, _mm512_loadu_ps(s + t));
-  }
-  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t t = 0; t < stride; t += 16) {
-    const int64_t left = live_len - t;
-    const __mmask16 live = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-    const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs + t), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
-    sum = _mm512_add_ps(sum, e);
-  }
-  return 1.f / _mm512_reduce_add_ps(sum);
 }
 
 // out rows [r0, r0 + RB) = sum_t p[r, t] v_t / sum, with p as bf16 pairs (keys t, t + 1) against V rows

@@ -19,15 +19,16 @@ SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp")
 log = logging.getLogger(__name__)
 
 
-def _cpu_flags() -> set[str]:
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return set()
+    return frozenset()
 
 
 @functools.cache

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
+from radixlm.kernels import cpu_decode_attention as native_kernel
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.decode_attention import (
     MIN_SHARED,
     DecodeMeta,
     additive_bias,
-    native_decode_attention,
+    native_args,
     traced_decode_attention,
 )
 from radixlm.runtime.kv_pool import KVPool
@@ -40,15 +41,15 @@ class _GraphAttend:
     mask: torch.Tensor  # [1, B, 1, Ls] bool, True = attend (with a group: its float32 additive_bias)
     members: torch.Tensor | None  # [n] requests of the shared-prefix group
     prefix: torch.Tensor | None  # [P] the group's shared slots
-    counts: torch.Tensor | None  # [B] valid slots per row of idx: the C++ kernel's form of mask; None: torch
+    native: tuple[torch.Tensor, ...] | None  # the C++ kernel's step inputs (native_args); None: torch's ops
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
         kb, vb = self.k_buffer[layer], self.v_buffer[layer]
         kb.index_copy_(1, self.loc, k.transpose(0, 1))
         vb.index_copy_(1, self.loc, v.transpose(0, 1))
-        if self.counts is not None:
+        if self.native is not None:
             idx = self.idx.view(q.shape[0], -1)
-            return native_decode_attention(q, kb, vb, idx, self.counts, self.members, self.prefix)
+            return native_kernel.decode_attention(q.contiguous(), kb, vb, idx, *self.native)
         return traced_decode_attention(q, kb, vb, self.idx, self.mask, self.members, self.prefix)
 
 
@@ -66,10 +67,12 @@ class CompiledDecode:
         self._warm_up()
 
     def _trace(self, input_ids, positions, loc, idx, mask, members, prefix) -> torch.Tensor:
-        counts = mask.reshape(input_ids.shape[0], -1).sum(-1) if self.native else None  # once, not per layer
-        if members is not None and not self.native:  # the cascade's fused kernel takes the mask as a bias
+        native = None
+        if self.native:  # once a step, not per layer: valid slots per row (the kernel's form of mask), the group
+            native = native_args(mask.reshape(input_ids.shape[0], -1).sum(-1), members, prefix)
+        elif members is not None:  # the cascade's fused kernel takes the mask as a bias
             mask = additive_bias(mask)
-        attend = _GraphAttend(self.pool.k_buffer, self.pool.v_buffer, loc, idx, mask, members, prefix, counts)
+        attend = _GraphAttend(self.pool.k_buffer, self.pool.v_buffer, loc, idx, mask, members, prefix, native)
         return self.model.compute(input_ids, positions, attend)
 
     def can_run(self, batch: ForwardBatch) -> bool:

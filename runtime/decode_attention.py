@@ -41,7 +41,7 @@ class DecodeMeta:
     mask: torch.Tensor | None  # [1, B, 1, Ls] True = attend; None when no request is padded
     groups: list[PrefixGroup]
     bias: torch.Tensor | None = None  # the mask as float32 0 / -inf (the fused kernel's form), with groups
-    counts: torch.Tensor | None = None  # [B] int64: valid slots of each padded row of idx (mask's True run)
+    native: tuple[torch.Tensor, ...] | None = None  # with at most one group: native_args for the C++ kernel
 
 
 def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) -> DecodeMeta:
@@ -69,7 +69,10 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) ->
     idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
     mask = None if bool(mask.all()) else mask[None, :, None, :]
     bias = additive_bias(mask) if groups and mask is not None else None
-    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, lens - start)
+    native = None
+    if len(groups) <= 1:
+        native = native_args(lens - start, groups[0].members if groups else None, groups[0].slots if groups else None)
+    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, native)
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
@@ -147,27 +150,24 @@ def native_fits(pool: KVPool, num_q_heads: int, head_dim: int) -> bool:
             and num_q_heads // kb.shape[0] <= 16 and native_kernel.available())
 
 
-def native_decode_attention(q: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, idx: torch.Tensor,
-                            counts: torch.Tensor, members: torch.Tensor | None,
-                            prefix: torch.Tensor | None) -> torch.Tensor:
-    """The C++ kernel straight from the pool: q [B, Hq, D]; kb, vb one layer's [Hkv, S, D]; idx [B, Ls]
-    padded own slots, counts [B] valid ones; the requests ``members`` also attend to ``prefix`` [P] first."""
-    member = torch.zeros(q.shape[0], dtype=torch.bool)
+def native_args(counts: torch.Tensor, members: torch.Tensor | None,
+                prefix: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A step's inputs to the C++ kernel after idx, built once a step (not per layer): (counts [B] valid
+    slots of each padded idx row, prefix [P] the group's shared slots or empty, member [B] bool: in it)."""
+    member = torch.zeros(counts.shape[0], dtype=torch.bool)
     if members is None:
-        prefix = torch.zeros(0, dtype=torch.int64)
-    else:
-        member[members] = True
-    return native_kernel.decode_attention(q.contiguous(), kb, vb, idx, counts, prefix, member)
+        return counts, torch.zeros(0, dtype=torch.int64), member
+    member[members] = True
+    return counts, prefix, member
 
 
 def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta, native: bool = False) -> torch.Tensor:
     """q [B, Hq, D] -> [B, Hq * D]. ``native``: the C++ kernel (see native_fits) for batches with at most
     one shared-prefix group."""
     b, hq, d = q.shape
-    if native and len(meta.groups) <= 1:
-        group = meta.groups[0] if meta.groups else None
-        return native_decode_attention(q, pool.k_buffer[layer], pool.v_buffer[layer], meta.idx.view(b, -1),
-                                       meta.counts, group and group.members, group and group.slots)
+    if native and meta.native is not None:
+        kb, vb = pool.k_buffer[layer], pool.v_buffer[layer]
+        return native_kernel.decode_attention(q.contiguous(), kb, vb, meta.idx.view(b, -1), *meta.native)
     k, v = pool.gather(layer, meta.idx)  # [Hkv, B * Ls, D]
     hkv = k.shape[0]
     qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]: query heads by their KV head

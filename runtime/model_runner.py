@@ -37,7 +37,7 @@ class ModelRunner:
                            head_major=self.backend_name != "flashinfer")
         self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page, self.device)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
-        native = (config.cpu_kernels == "auto" and self.backend_name == "torch" and cfg.num_layers > 0
+        native = (config.cpu_kernels == "auto" and self.backend_name == "torch"
                   and native_fits(self.pool, num_q_heads, cfg.head_dim))
         self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
         self.graphs = self.compiled = None
