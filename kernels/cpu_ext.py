@@ -39,12 +39,15 @@ def available() -> bool:
     from torch.utils import cpp_extension
 
     here = os.path.dirname(__file__)
-    flags = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]
+    # -fopenmp: at::parallel_for is header-inline and runs serially without it (the kernels' threads come
+    # from torch's own libgomp, already loaded under the same soname)
+    flags = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c",
+             "-mfma"]
     if has_bf16():  # bfloat16 dot products in the attention kernels
         flags += ["-mavx512bf16", "-DRADIXLM_AVX512_BF16"]
     try:
         cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
-                           is_python_module=False, verbose=False)
+                           extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, ...: torch's ops stay in use
         log.warning("radixlm's CPU kernels did not build (%s); using torch's ops", exc)
         return False
