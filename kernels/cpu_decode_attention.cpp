@@ -16,20 +16,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_simd.h"
+
 namespace {
 
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const at::BFloat16* p) {
-  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-}
-
-inline void store16(float* dst, __m512 v) { _mm512_storeu_ps(dst, v); }
-inline void store16(at::BFloat16* dst, __m512 v) {
-  alignas(64) float tmp[16];
-  _mm512_store_ps(tmp, v);
-  for (int j = 0; j < 16; ++j) dst[j] = static_cast<at::BFloat16>(tmp[j]);
-}
+using radixlm_simd::load16;
+using radixlm_simd::store16;
 
 // exp(x) for x <= 0 (Cephes' expf polynomial, ~1 ulp), 16 lanes.
 inline __m512 exp16(__m512 x) {

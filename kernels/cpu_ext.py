@@ -9,6 +9,7 @@ AVX512-VNNI and where the build fails (no compiler): callers then keep torch's o
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 
@@ -16,6 +17,7 @@ import torch
 
 REQUIRED_FLAGS = ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "f16c")
 SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp")
+HEADERS = ("cpu_simd.h",)
 log = logging.getLogger(__name__)
 
 
@@ -45,6 +47,7 @@ def available() -> bool:
              "-mfma"]
     if has_bf16():  # bfloat16 dot products in the attention kernels
         flags += ["-mavx512bf16", "-DRADIXLM_AVX512_BF16"]
+    flags.append(f"-DRADIXLM_HEADERS={_headers_digest(here)}")  # the builder versions by .cpp sources and flags
     try:
         cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
                            extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
@@ -53,6 +56,14 @@ def available() -> bool:
         return False
     _register_fakes()
     return True
+
+
+def _headers_digest(here: str) -> str:
+    digest = hashlib.sha256()
+    for name in HEADERS:
+        with open(os.path.join(here, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
 
 
 def has_bf16() -> bool:

@@ -21,16 +21,15 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_simd.h"
+
 namespace {
+
+using radixlm_simd::load16;
+using radixlm_simd::store16;
 
 constexpr int kBlock = 64;
 constexpr int kPrefetch = 8;  // groups of 32 ahead (256 bytes of int4 codes each)
-
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const at::BFloat16* p) {
-  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-}
 
 // x quantized per 64-block: q [M, K] int8, a [M, nb], and per row either t [M, G] = a * sum(xq) per
 // group of 32 (int4) or corr [M] = 128 * sum_b a_b sum(xq)_b (int8).
@@ -48,33 +47,35 @@ QuantizedX quantize_x(const T* x, int64_t m, int64_t k, bool group_sums) {
   out.q.resize(m * k);
   out.a.resize(m * out.nb);
   out.t.assign(group_sums ? m * 2 * out.nb : m, 0.f);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < out.nb; ++b) {
-      const T* src = x + i * k + b * kBlock;
-      __m512 v[4];
-      __m512 amax = _mm512_setzero_ps();
-      for (int j = 0; j < 4; ++j) {
-        v[j] = load16(src + 16 * j);
-        amax = _mm512_max_ps(amax, _mm512_abs_ps(v[j]));
+  at::parallel_for(0, m, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t b = 0; b < out.nb; ++b) {
+        const T* src = x + i * k + b * kBlock;
+        __m512 v[4];
+        __m512 amax = _mm512_setzero_ps();
+        for (int j = 0; j < 4; ++j) {
+          v[j] = load16(src + 16 * j);
+          amax = _mm512_max_ps(amax, _mm512_abs_ps(v[j]));
+        }
+        const float mx = _mm512_reduce_max_ps(amax);
+        const float a = mx / 127.f;
+        const __m512 inv = _mm512_set1_ps(mx > 0.f ? 127.f / mx : 0.f);
+        __m512i iv[4];
+        for (int j = 0; j < 4; ++j) iv[j] = _mm512_cvtps_epi32(_mm512_mul_ps(v[j], inv));  // round to even
+        const int s0 = _mm512_reduce_add_epi32(_mm512_add_epi32(iv[0], iv[1]));
+        const int s1 = _mm512_reduce_add_epi32(_mm512_add_epi32(iv[2], iv[3]));
+        int8_t* dst = out.q.data() + i * k + b * kBlock;
+        for (int j = 0; j < 4; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16 * j), _mm512_cvtsepi32_epi8(iv[j]));
+        if (group_sums) {
+          out.t[(i * out.nb + b) * 2] = a * s0;
+          out.t[(i * out.nb + b) * 2 + 1] = a * s1;
+        } else {
+          out.t[i] += 128.f * a * (s0 + s1);
+        }
+        out.a[i * out.nb + b] = a;
       }
-      const float mx = _mm512_reduce_max_ps(amax);
-      const float a = mx / 127.f;
-      const __m512 inv = _mm512_set1_ps(mx > 0.f ? 127.f / mx : 0.f);
-      __m512i iv[4];
-      for (int j = 0; j < 4; ++j) iv[j] = _mm512_cvtps_epi32(_mm512_mul_ps(v[j], inv));  // round to even
-      const int s0 = _mm512_reduce_add_epi32(_mm512_add_epi32(iv[0], iv[1]));
-      const int s1 = _mm512_reduce_add_epi32(_mm512_add_epi32(iv[2], iv[3]));
-      int8_t* dst = out.q.data() + i * k + b * kBlock;
-      for (int j = 0; j < 4; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16 * j), _mm512_cvtsepi32_epi8(iv[j]));
-      if (group_sums) {
-        out.t[(i * out.nb + b) * 2] = a * s0;
-        out.t[(i * out.nb + b) * 2 + 1] = a * s1;
-      } else {
-        out.t[i] += 128.f * a * (s0 + s1);
-      }
-      out.a[i * out.nb + b] = a;
     }
-  }
+  });
   return out;
 }
 
@@ -83,16 +84,6 @@ inline __m512i bcast4(const int8_t* p) {  // 4 activation bytes into every lane
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
 }
-
-template <typename T>
-inline void store16(T* dst, __m512 v) {
-  alignas(64) float tmp[16];
-  _mm512_store_ps(tmp, v);
-  for (int j = 0; j < 16; ++j) dst[j] = static_cast<T>(tmp[j]);
-}
-
-template <>
-inline void store16<float>(float* dst, __m512 v) { _mm512_storeu_ps(dst, v); }
 
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 weights.
 template <int MT, typename T>

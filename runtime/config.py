@@ -90,8 +90,9 @@ class EngineConfig:
     cpu_kernels: str = _opt("auto", "auto: radixlm's AVX512 kernels (int4/int8 matmuls for --quantization, decode "
                             "attention) where the CPU has AVX512-VNNI (compiled on first use, about 30 s, then "
                             "cached); torch: torch's ops only", choices=CPU_KERNELS)
-    quantized_prefill: bool = _opt(False, "with --quantization: drop the dense weights and run prefill through the "
-                                   "quantized kernels too (less memory; prefill about 2x slower on the CPU)")
+    quantized_prefill: bool = _opt(False, "with --quantization on torch's kernels: drop the dense weights and run "
+                                   "prefill through the quantized kernels too (less memory; prefill about 2x slower "
+                                   "there). radixlm's kernels always do: they beat the dense matmul at every batch")
     enable_torch_compile: bool = _opt(False, "CPU: run decode batches through one torch.compile'd graph (about "
                                       "1.4x faster decode; compiles for a minute or so at startup, cached on disk)")
     torch_compile_max_bs: int = _opt(16, "largest decode batch the compiled CPU step runs (larger ones run eagerly)")

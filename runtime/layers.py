@@ -100,9 +100,10 @@ class QuantizableLinear(nn.Module):
     quant: QuantWeight | None = None
 
     def quantize(self, kind: str, keep_dense: bool, kernels: str = "auto") -> None:
-        """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight."""
+        """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
+        (unless the quantized kernel beats it at every batch size)."""
         self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, kernels)
-        if not keep_dense:
+        if not keep_dense or self.quant.replaces_dense:
             self.weight = None
 
 

@@ -11,9 +11,10 @@ per token. The kernels lose to the dense bf16 matmul once a batch has more than 
 so a layer may also keep its dense weight for those batches (``keep_dense``), at the cost of its memory.
 
 Two backends: ``torch`` (the aten kernels above) and ``vnni`` (radixlm.kernels.cpu_quant_matmul: int8
-activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles; bench_quant.py: the 30 layers' int4
-matmuls 3.8 / 8.0 / 14.9 ms at 1 / 8 / 16 rows vs 4.1 / 11.8 / 21.8 for aten's kernel, the int8 LM head 1.2
-/ 1.9 ms at 1 / 8 rows vs 2.0 / 6.0), chosen per weight by ``cpu_kernels`` and the shapes the kernels take.
+activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles), chosen per weight by ``cpu_kernels``
+and the shapes the kernels take. The vnni kernels beat the dense bf16 matmul at every batch size, so they
+replace the dense weight (``replaces_dense``): the 30 layers' matmuls, int4 / int8 / dense bf16, 2.6 / 4.0 /
+15.8 ms at 1 row, 4.6 / 5.9 / 22.7 at 8, 27 / 25 / 49 at 64, 324 / 268 / 435 at 800 (a prefill).
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ INT4_GROUP = 32
 # kernel wins clearly only at one row (49k-row LM head: 1.8 vs 3.4 ms at 1 row, 3.0 vs 3.9 at 4, 5.6 vs 4.6
 # at 8): one row only, which also keeps the compiled decode graph free of a batch-size branch.
 QUANT_MAX_ROWS = {"int8": 1, "int4": 16}
-# radixlm's kernels up to 32 rows, both kinds (30 layers' matmuls, int4 vs dense bf16: 8.0 vs 22.4 ms at 8
-# rows, 21.7 vs 27.6 at 24, 28.3 vs 30.0 at 32, 42.3 vs 40.4 at 48; LM head at 8 rows 1.9 vs 6.0 for torch's)
-VNNI_MAX_ROWS = 32
+ALL_ROWS = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,10 @@ class QuantWeight:
         n, k = w.shape
         if kind == "int8":
             q, s = quantize_int8(w)
-            return cls(kind, vnni.pack_int8(q), s, n, k, VNNI_MAX_ROWS, act_dtype, "vnni")
+            return cls(kind, vnni.pack_int8(q), s, n, k, ALL_ROWS, act_dtype, "vnni")
         q, d, mn = int4_codes(w)
         codes, d, mn = vnni.pack_int4(q, d, mn)
-        return cls(kind, codes, d, n, k, VNNI_MAX_ROWS, act_dtype, "vnni", mn)
+        return cls(kind, codes, d, n, k, ALL_ROWS, act_dtype, "vnni", mn)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] -> x @ w^T [M, N] in x's dtype."""
@@ -96,13 +95,18 @@ class QuantWeight:
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.data, INT4_GROUP, self.scales)
         return y if y.shape[1] == self.out_features else y[:, : self.out_features]
 
+    @property
+    def replaces_dense(self) -> bool:
+        """Whether this weight's kernel beats the dense matmul at every batch size (no dense copy kept)."""
+        return self.max_rows == ALL_ROWS
+
     def preferred(self, rows: int, has_dense: bool) -> bool:
         """Whether x with ``rows`` rows goes through this quantized weight rather than the dense one. In the
         compiled decode step (batches up to torch_compile_max_bs, 16) int4 always: a branch on the batch size
         would split the graph, and int4 still matches bf16 at 16 rows."""
         if not has_dense:
             return True
-        if (self.kind == "int4" or self.backend == "vnni") and torch.compiler.is_compiling():
+        if self.kind == "int4" and torch.compiler.is_compiling():
             return True
         return rows <= self.max_rows
 
