@@ -1,7 +1,8 @@
 """Apply a packed token bitmask to logits: bit j of bitmask[r, w] allows token 32 * w + j of row r.
 
-Disallowed tokens get -inf. Rows not listed in ``indices`` are untouched. The torch version is the CPU
-path and the reference; the Triton kernel is the GPU path (and runs on the CPU under TRITON_INTERPRET=1).
+Disallowed tokens get -inf. Rows not listed in ``indices`` are untouched. The torch version is the
+reference (and the CPU path without radixlm's C++ kernels); cpu_token_bitmask.cpp is the CPU path with them;
+the Triton kernel is the GPU path (and runs on the CPU under TRITON_INTERPRET=1).
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ def apply_token_bitmask_torch(logits: torch.Tensor, bitmask: torch.Tensor,
     sub[:, :width].masked_fill_(~allowed, float("-inf"))
     sub[:, width:] = float("-inf")
     logits[rows] = sub
+
+
+def apply_token_bitmask_cpu(logits: torch.Tensor, bitmask: torch.Tensor,
+                            indices: torch.Tensor | None = None) -> None:
+    """The same as apply_token_bitmask_torch for float32 logits, in C++ (cpu_ext must be available)."""
+    rows = torch.arange(logits.shape[0]) if indices is None else indices
+    torch.ops.radixlm_cpu.apply_token_bitmask(logits, bitmask.contiguous(), rows)
 
 
 def apply_token_bitmask_triton(logits: torch.Tensor, bitmask: torch.Tensor,
@@ -75,9 +83,13 @@ def _kernel():
     return _KERNEL["k"]
 
 
-def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None) -> None:
-    """Dispatch: Triton on CUDA, torch elsewhere."""
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None,
+                        native: bool = False) -> None:
+    """Dispatch: Triton on CUDA; on the CPU the C++ kernel for float32 logits when ``native`` (the caller has
+    radixlm's CPU kernels loaded), torch's ops otherwise."""
     if logits.is_cuda:
         apply_token_bitmask_triton(logits, bitmask.to(logits.device, non_blocking=True), indices)
+    elif native and logits.dtype == torch.float32 and logits.stride(1) == 1:
+        apply_token_bitmask_cpu(logits, bitmask, indices)
     else:
         apply_token_bitmask_torch(logits, bitmask, indices)

@@ -84,7 +84,8 @@ class Engine:
         self._grammars: GrammarCache | None = None
         encode = self._encode if tokenizer is not None else None
         self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.runner.max_context, self._decode,
-                                   encode, self.grammar_cache if tokenizer is not None else None)
+                                   encode, self.grammar_cache if tokenizer is not None else None,
+                                   native_sampling=self.runner.native_sampling)
         self.eos_ids = model.cfg.eos_token_ids
         if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in self.eos_ids:
             self.eos_ids = (*self.eos_ids, tokenizer.eos_token_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from radixlm.kernels import cpu_ext
 from radixlm.runtime.attention import make_backend, resolve_backend
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.config import EngineConfig
@@ -40,6 +41,8 @@ class ModelRunner:
         native = (config.cpu_kernels == "auto" and self.backend_name == "torch"
                   and native_fits(self.pool, num_q_heads, cfg.head_dim))
         self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
+        # the C++ token bitmask for grammar-constrained rows (sampler.apply_grammars)
+        self.native_sampling = self.device.type == "cpu" and config.cpu_kernels == "auto" and cpu_ext.available()
         self.graphs = self.compiled = None
         if self.device.type == "cpu" and config.enable_torch_compile:
             from radixlm.runtime.compiled_decode import CompiledDecode

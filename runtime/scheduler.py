@@ -37,8 +37,10 @@ class StepOutput:
 class Scheduler:
     def __init__(self, config: EngineConfig, forward: Callable[[ForwardBatch], torch.Tensor],
                  cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str],
-                 encode: Callable[[str], list[int]] | None = None, grammars: Callable | None = None) -> None:
+                 encode: Callable[[str], list[int]] | None = None, grammars: Callable | None = None,
+                 native_sampling: bool = False) -> None:
         self.cfg = config
+        self.native_sampling = native_sampling  # radixlm's C++ CPU kernels are loaded (sampler.apply_grammars)
         self.forward = forward
         self.cache = cache
         self.max_context = max_context
@@ -359,7 +361,7 @@ class Scheduler:
         return self._sample_and_finish(reqs, logits)
 
     def _sample_and_finish(self, reqs: list[Req], logits: torch.Tensor) -> list[StepOutput]:
-        result = sample(logits, reqs)
+        result = sample(logits, reqs, self.native_sampling)
         starts = [len(r.output_ids) for r in reqs]
         for i, req in enumerate(reqs):
             tok = result.tokens[i]

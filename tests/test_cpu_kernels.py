@@ -186,3 +186,34 @@ def test_bf16_engine_on_the_cpu_kernels_scores_text_like_torch_ops(smol_files, s
     (nll_native, out_native), (nll_torch, out_torch) = results
     assert abs(nll_native - nll_torch) < 0.005 * nll_torch
     assert out_native[0] == out_torch[0]
+
+
+@needs_vnni
+@pytest.mark.parametrize("vocab,words", [(49152, 1536), (40, 2), (100, 3), (1000, 40)])
+def test_token_bitmask_kernel_matches_its_reference(vocab, words):
+    """cpu_token_bitmask.cpp against apply_token_bitmask_torch: random masks, rows listed out of order, a
+    bitmask narrower than the vocabulary (100 tokens, 96 bits: the last 4 masked) and wider (1000, 1280)."""
+    from radixlm.kernels.token_bitmask import apply_token_bitmask, apply_token_bitmask_torch
+
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(6, vocab, generator=gen)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (6, words), generator=gen, dtype=torch.int32)
+    rows = torch.tensor([4, 0, 2, 5])
+    want, got = logits.clone(), logits.clone()
+    apply_token_bitmask_torch(want, bitmask, rows)
+    apply_token_bitmask(got, bitmask, rows, native=True)
+    assert torch.equal(got, want)
+    assert torch.equal(got[1], logits[1]) and torch.isinf(got[0]).any()
+
+
+@needs_vnni
+def test_token_bitmask_kernel_rejects_bad_inputs_with_a_message():
+    from radixlm.kernels.token_bitmask import apply_token_bitmask_cpu
+
+    logits, bitmask = torch.zeros(2, 64), torch.zeros(2, 2, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="row index 2 out of range for 2 rows"):
+        apply_token_bitmask_cpu(logits, bitmask, torch.tensor([2]))
+    with pytest.raises(RuntimeError, match="one row per logits row"):
+        apply_token_bitmask_cpu(logits, bitmask[:1], torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="logits must be a float32"):
+        apply_token_bitmask_cpu(logits.half(), bitmask, torch.tensor([0]))
