@@ -3,7 +3,7 @@ and radixlm's AVX512-VNNI ones), the 49k-row int8 LM head, and decode speed of t
 format, eager and with the compiled decode step (``--enable-torch-compile``), with torch's ops
 (``--cpu-kernels torch``) and radixlm's C++ kernels (auto), as ratios against eager bfloat16.
 
-    python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 4] [--batch 1 8]
+    python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 4] [--batch 1 8] [--rows 1 8 16 64 800]
 
 Kernels: SmolLM2's four linear shapes x 30 distinct layers (so weights stream from memory, as in a real
 step), median of 15 passes. Engine: greedy, ``ignore_eos``, a ~64-token prompt per request, best of
@@ -95,8 +95,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 16, 64, 800], help="kernel table: rows of x "
+                    "(decode batches, and 800: a prefill of several prompts)")
     args = ap.parse_args()
-    rows = (1, 8, 16, 64)
+    rows = args.rows
     print("| 30 layers' matmuls | " + " | ".join(f"{r} row(s) ms" for r in rows) + " |")
     print("|---|" + "---|" * len(rows))
     for kind, kernels in (("bf16", "torch"), ("int8", "torch"), ("int8", "auto"), ("int4", "torch"), ("int4", "auto")):

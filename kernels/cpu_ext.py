@@ -1,4 +1,5 @@
-"""Builds and loads radixlm's C++ CPU kernels (cpu_quant_matmul, cpu_decode_attention, cpu_token_bitmask) as the
+"""Builds and loads radixlm's C++ CPU kernels (cpu_quant_matmul, cpu_decode_attention, cpu_token_bitmask,
+cpu_norm_act) as the
 ``torch.ops.radixlm_cpu`` ops, so torch.compile calls them as opaque kernels.
 
 They are compiled on first use with torch's extension builder (about 30 s, then cached under
@@ -16,7 +17,7 @@ import os
 import torch
 
 REQUIRED_FLAGS = ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "f16c")
-SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp")
+SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp")
 HEADERS = ("cpu_simd.h",)
 log = logging.getLogger(__name__)
 

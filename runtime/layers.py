@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixlm.kernels import cpu_norm_act
 from radixlm.kernels.rmsnorm import rmsnorm_triton
 from radixlm.kernels.rotary import rotary_triton
 from radixlm.runtime.quantization import QuantWeight
@@ -64,16 +65,32 @@ class HeadShard:
         return max(HeadShard.of(num_heads, num_kv_heads, TPInfo(r, size)).kv_count for r in range(size))
 
 
+def native_cpu_ok(x: torch.Tensor, native: bool) -> bool:
+    """Whether radixlm's C++ elementwise kernels (cpu_norm_act) take x [T, H]: set up for this model (the
+    model runner sets ``native_cpu``), eager (the compiled step keeps torch's ops for inductor to fuse),
+    on the CPU, float32 / bfloat16, contiguous, H a multiple of 16."""
+    return (native and not torch.compiler.is_compiling() and x.device.type == "cpu" and x.is_contiguous()
+            and x.dtype in (torch.float32, torch.bfloat16) and x.shape[-1] % 16 == 0)
+
+
 class RMSNorm(nn.Module):
+    native_cpu = False  # radixlm's C++ kernel on the eager CPU path (ModelRunner turns it on)
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
         self.eps = eps
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        """x [T, H] -> norm(x) [T, H]; with ``residual``: (norm(x + residual), x + residual)."""
+        """x [T, H] -> norm(x) [T, H]; with ``residual``: (norm(x + residual), x + residual), the sum written
+        into ``residual`` on the CPU kernels' path."""
         if x.is_cuda:  # one fused kernel instead of add + cast + norm + cast
             return rmsnorm_triton(x, self.weight, self.eps, residual)
+        if native_cpu_ok(x, self.native_cpu) and x.dim() == 2 and self.weight.dtype == x.dtype:
+            if residual is None:
+                return cpu_norm_act.rms_norm(x, self.weight, self.eps)
+            if residual.is_contiguous() and residual.dtype == x.dtype:
+                return cpu_norm_act.add_rms_norm_(x, residual, self.weight, self.eps), residual
         if residual is not None:
             x = x + residual
             residual = x

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixlm.kernels import cpu_norm_act
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.layers import (
     ColumnParallelLinear,
@@ -21,6 +22,7 @@ from radixlm.runtime.layers import (
     RowParallelLinear,
     TPInfo,
     VocabParallelEmbedding,
+    native_cpu_ok,
     split_range,
 )
 
@@ -56,13 +58,18 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    native_cpu = False  # radixlm's C++ silu(gate) * up on the eager CPU path (ModelRunner turns it on)
+
     def __init__(self, cfg: ModelConfig, tp: TPInfo) -> None:
         super().__init__()
         self.gate_up_proj = ColumnParallelLinear.even(cfg.hidden_size, [cfg.intermediate_size] * 2, False, tp)
         self.down_proj = RowParallelLinear(split_range(cfg.intermediate_size, tp.rank, tp.size), cfg.hidden_size, tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if native_cpu_ok(gate_up, self.native_cpu) and gate_up.shape[-1] % 32 == 0:
+            return self.down_proj(cpu_norm_act.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 

@@ -7,8 +7,9 @@ weight-only kernels multiply activations by them directly (no dequantized copy p
 
 Batch-1 decode reads every weight once per token and is bound by memory bandwidth, so fewer bytes is more
 speed: measured on a 2-core AVX512 CPU over SmolLM2's 30 layers, 15.2 ms (bf16) vs 7.6 (int8) vs 3.7 (int4)
-per token. The kernels lose to the dense bf16 matmul once a batch has more than about 16 rows (prefill),
-so a layer may also keep its dense weight for those batches (``keep_dense``), at the cost of its memory.
+per token. torch's kernels lose to the dense bf16 matmul once a batch has more than about 16 rows
+(prefill), so with them a layer may also keep its dense weight for those batches (``keep_dense``), at the
+cost of its memory.
 
 Two backends: ``torch`` (the aten kernels above) and ``vnni`` (radixlm.kernels.cpu_quant_matmul: int8
 activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles), chosen per weight by ``cpu_kernels``
@@ -27,12 +28,12 @@ from radixlm.kernels import cpu_quant_matmul as vnni
 from radixlm.runtime.config import CPU_KERNELS, QUANT_KINDS
 
 INT4_GROUP = 32
-# Largest batch (rows of x) for which the quantized kernel beats the dense bf16 matmul on the CPU
+# torch backend: largest batch (rows of x) for which the quantized kernel beats the dense bf16 matmul
 # (measured over SmolLM2's shapes: int4 3.7 vs 15.2 ms at 1 row, 21 vs 23 at 16, 82 vs 48 at 64). int8's
 # kernel wins clearly only at one row (49k-row LM head: 1.8 vs 3.4 ms at 1 row, 3.0 vs 3.9 at 4, 5.6 vs 4.6
 # at 8): one row only, which also keeps the compiled decode graph free of a batch-size branch.
 QUANT_MAX_ROWS = {"int8": 1, "int4": 16}
-ALL_ROWS = 1 << 62
+ALL_ROWS = 1 << 62  # vnni backend: every batch
 
 
 @dataclass(frozen=True)

@@ -217,3 +217,42 @@ def test_token_bitmask_kernel_rejects_bad_inputs_with_a_message():
         apply_token_bitmask_cpu(logits, bitmask[:1], torch.tensor([0]))
     with pytest.raises(RuntimeError, match="logits must be a float32"):
         apply_token_bitmask_cpu(logits.half(), bitmask, torch.tensor([0]))
+
+
+@needs_vnni
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_and_activation_kernels_match_their_reference(dtype):
+    """cpu_norm_act.cpp: RMSNorm (float32 accumulation, one rounding), the residual add written in place
+    exactly as torch's add rounds it, and silu(gate) * up equal to torch's two ops (bfloat16: bit for bit)."""
+    from radixlm.kernels import cpu_norm_act as na
+
+    gen = torch.Generator().manual_seed(1)
+    for rows in (1, 7, 64):
+        x = (torch.randn(rows, 576, generator=gen) * 3).to(dtype)
+        residual = torch.randn(rows, 576, generator=gen).to(dtype)
+        w = torch.randn(576, generator=gen).to(dtype)
+        tol = 1e-6 if dtype == torch.float32 else 8e-3  # bfloat16: one rounding step apart at most
+        torch.testing.assert_close(na.rms_norm(x, w, 1e-5), na.rms_norm_torch(x, w, 1e-5), rtol=tol, atol=tol)
+        want, want_sum = na.add_rms_norm_torch(x, residual, w, 1e-5)
+        got = na.add_rms_norm_(x, residual, w, 1e-5)
+        assert torch.equal(residual, want_sum)
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+        gate_up = (torch.randn(rows, 3072, generator=gen) * 4).to(dtype)
+        got, want = na.silu_mul(gate_up), na.silu_mul_torch(gate_up)
+        if dtype == torch.bfloat16:
+            assert torch.equal(got, want)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_vnni
+def test_norm_and_activation_kernels_reject_bad_inputs_with_a_message():
+    from radixlm.kernels import cpu_norm_act as na
+
+    with pytest.raises(RuntimeError, match="H a multiple of 16"):
+        na.rms_norm(torch.zeros(2, 20), torch.ones(20), 1e-5)
+    with pytest.raises(RuntimeError, match="weight must be"):
+        na.rms_norm(torch.zeros(2, 32), torch.ones(16), 1e-5)
+    with pytest.raises(RuntimeError, match="residual must be"):
+        na.add_rms_norm_(torch.zeros(2, 32), torch.zeros(3, 32), torch.ones(32), 1e-5)
+    with pytest.raises(RuntimeError, match="gate_up must be"):
+        na.silu_mul(torch.zeros(2, 48))
