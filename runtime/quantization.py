@@ -14,8 +14,9 @@ cost of its memory.
 Two backends: ``torch`` (the aten kernels above) and ``vnni`` (radixlm.kernels.cpu_quant_matmul: int8
 activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles), chosen per weight by ``cpu_kernels``
 and the shapes the kernels take. The vnni kernels beat the dense bf16 matmul at every batch size, so they
-replace the dense weight (``replaces_dense``): the 30 layers' matmuls, int4 / int8 / dense bf16, 2.6 / 4.0 /
-15.8 ms at 1 row, 4.6 / 5.9 / 22.7 at 8, 27 / 25 / 49 at 64, 324 / 268 / 435 at 800 (a prefill).
+replace the dense weight (``replaces_dense``): the 30 layers' matmuls, int4 / int8 / dense bf16, 2.2 / 4.4 /
+19.1 ms at 1 row, 3.9 / 5.9 / 22.5 at 8, 24.7 / 28.3 / 60.6 at 64, 304 / 291 / 472 at 800 (a prefill;
+bench_quant.py, 2026-11-30).
 """
 
 from __future__ import annotations
