@@ -1,6 +1,6 @@
 """Builds and loads radixlm's C++ CPU kernels (cpu_quant_matmul, cpu_decode_attention, cpu_token_bitmask,
-cpu_norm_act) as the
-``torch.ops.radixlm_cpu`` ops, so torch.compile calls them as opaque kernels.
+cpu_norm_act; shared code in cpu_simd.h) as the ``torch.ops.radixlm_cpu`` ops, so torch.compile calls them as
+opaque kernels.
 
 They are compiled on first use with torch's extension builder (about 30 s, then cached under
 ``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions). ``available()`` is False on CPUs without

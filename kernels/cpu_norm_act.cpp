@@ -16,6 +16,7 @@
 
 namespace {
 
+using radixlm_simd::dispatch_float_bf16;
 using radixlm_simd::exp16;
 using radixlm_simd::load16;
 using radixlm_simd::round_bf16;
@@ -50,16 +51,6 @@ void rms_norm_rows(const T* x, T* res, const T* w, int64_t t, int64_t h, float e
   });
 }
 
-// Calls f with a null pointer of x's element type (float or bfloat16).
-template <typename F>
-void dispatch(const at::Tensor& x, const F& f) {
-  if (x.scalar_type() == at::kFloat) {
-    f(static_cast<float*>(nullptr));
-  } else {
-    f(static_cast<at::BFloat16*>(nullptr));
-  }
-}
-
 void check_rows(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) % 16 == 0,
               "x must be a contiguous [T, H] tensor with H a multiple of 16");
@@ -71,7 +62,7 @@ void check_rows(const at::Tensor& x, const at::Tensor& w) {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   check_rows(x, w);
   at::Tensor out = at::empty_like(x);
-  dispatch(x, [&](auto* tag) {
+  dispatch_float_bf16(x, [&](auto* tag) {
     using scalar_t = std::remove_pointer_t<decltype(tag)>;
     rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), nullptr, w.data_ptr<scalar_t>(), x.size(0), x.size(1),
                             static_cast<float>(eps), out.data_ptr<scalar_t>());
@@ -85,7 +76,7 @@ at::Tensor add_rms_norm_(const at::Tensor& x, at::Tensor& residual, const at::Te
   TORCH_CHECK(residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() && residual.is_contiguous(),
               "residual must be a contiguous tensor of x's shape and dtype");
   at::Tensor out = at::empty_like(x);
-  dispatch(x, [&](auto* tag) {
+  dispatch_float_bf16(x, [&](auto* tag) {
     using scalar_t = std::remove_pointer_t<decltype(tag)>;
     rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), residual.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(),
                             x.size(0), x.size(1), static_cast<float>(eps), out.data_ptr<scalar_t>());
@@ -102,7 +93,7 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
               "gate_up must be float32 or bfloat16");
   const int64_t t = gate_up.size(0), inter = gate_up.size(1) / 2;
   at::Tensor out = at::empty({t, inter}, gate_up.options());
-  dispatch(gate_up, [&](auto* tag) {
+  dispatch_float_bf16(gate_up, [&](auto* tag) {
     using scalar_t = std::remove_pointer_t<decltype(tag)>;
     const scalar_t* in = gate_up.data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();

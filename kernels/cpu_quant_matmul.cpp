@@ -25,6 +25,7 @@
 
 namespace {
 
+using radixlm_simd::dispatch_float_bf16;
 using radixlm_simd::load16;
 using radixlm_simd::store16;
 
@@ -168,16 +169,6 @@ void int8_tile(const int8_t* q, const float* s, int64_t n, int64_t tile, const Q
   }
 }
 
-// Calls f with a null pointer of x's element type (float or bfloat16).
-template <typename F>
-void dispatch_x(const at::Tensor& x, const F& f) {
-  if (x.scalar_type() == at::kFloat) {
-    f(static_cast<float*>(nullptr));
-  } else {
-    f(static_cast<at::BFloat16*>(nullptr));
-  }
-}
-
 // Runs tile_fn(MT, tile, m0) over W's 16-row tiles in parallel and x's rows in runs of 8, 4, 2, 1.
 template <typename TileFn>
 void for_tiles(int64_t m, int64_t n, const TileFn& tile_fn) {
@@ -206,7 +197,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
               "int4 weight: uint8 codes with float16 scales and minimums");
   TORCH_CHECK(w.numel() * 2 == n * k && mn.sizes() == d.sizes(), "int4 weight: codes, scales and minimums disagree");
   at::Tensor y = at::empty({m, n}, x.options());
-  dispatch_x(x, [&](auto* tag) {
+  dispatch_float_bf16(x, [&](auto* tag) {
     using scalar_t = std::remove_pointer_t<decltype(tag)>;
     const QuantizedX xq = quantize_x(x.data_ptr<scalar_t>(), m, k, true);
     scalar_t* out = y.data_ptr<scalar_t>();
@@ -224,7 +215,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   check_x(x, k);
   TORCH_CHECK(w.scalar_type() == at::kChar && s.scalar_type() == at::kFloat, "int8 weight: int8 with float32 scales");
   at::Tensor y = at::empty({m, n}, x.options());
-  dispatch_x(x, [&](auto* tag) {
+  dispatch_float_bf16(x, [&](auto* tag) {
     using scalar_t = std::remove_pointer_t<decltype(tag)>;
     const QuantizedX xq = quantize_x(x.data_ptr<scalar_t>(), m, k, false);
     scalar_t* out = y.data_ptr<scalar_t>();

@@ -1,4 +1,4 @@
-// 16-lane float32 loads and stores shared by radixlm's C++ CPU kernels (AVX512F).
+// 16-lane float32 loads, stores and math shared by radixlm's C++ CPU kernels (AVX512F).
 // cpu_ext.py passes a hash of this file as a build flag: torch's extension builder versions builds by
 // their .cpp sources and flags only, so an edit here still triggers a rebuild.
 #pragma once
@@ -25,6 +25,16 @@ inline void store16(at::BFloat16* dst, __m512 v) {
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
   r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(r));
+}
+
+// Calls f with a null pointer of x's element type: float for float32 tensors, else bfloat16.
+template <typename F>
+void dispatch_float_bf16(const at::Tensor& x, const F& f) {
+  if (x.scalar_type() == at::kFloat) {
+    f(static_cast<float*>(nullptr));
+  } else {
+    f(static_cast<at::BFloat16*>(nullptr));
+  }
 }
 
 // v rounded to bfloat16 precision (nearest even), kept as float32 lanes.

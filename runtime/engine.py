@@ -85,7 +85,7 @@ class Engine:
         encode = self._encode if tokenizer is not None else None
         self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.runner.max_context, self._decode,
                                    encode, self.grammar_cache if tokenizer is not None else None,
-                                   native_sampling=self.runner.native_sampling)
+                                   native_sampling=self.runner.native_ops)
         self.eos_ids = model.cfg.eos_token_ids
         if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in self.eos_ids:
             self.eos_ids = (*self.eos_ids, tokenizer.eos_token_id)

@@ -43,10 +43,10 @@ class ModelRunner:
         self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
         # the C++ token bitmask for grammar-constrained rows (sampler.apply_grammars), and the C++ RMSNorm and
         # silu * up on the eager path (prefill)
-        self.native_sampling = self.device.type == "cpu" and config.cpu_kernels == "auto" and cpu_ext.available()
+        self.native_ops = self.device.type == "cpu" and config.cpu_kernels == "auto" and cpu_ext.available()
         for module in model.modules():
             if hasattr(module, "native_cpu"):
-                module.native_cpu = self.native_sampling
+                module.native_cpu = self.native_ops
         self.graphs = self.compiled = None
         if self.device.type == "cpu" and config.enable_torch_compile:
             from radixlm.runtime.compiled_decode import CompiledDecode
