@@ -98,7 +98,7 @@ inline __m512 load_half16(const at::Half* p) {
 }
 
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 weights. Per 64-block of K (one activation scale, two
-// weight groups): ip0 / ip1 are the groups' int32 dot products, scaled as (ip0 d0 + ip1 d1) a, plus the
+// weight groups): ip[0], ip[1] are the groups' int32 dot products, scaled as (ip[0] d0 + ip[1] d1) a, plus the
 // minimums' mn_g t_g: 5 float ops per row a block (one float conversion per group was 8 and cost ~10%).
 template <int MT, typename T>
 void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
@@ -117,24 +117,22 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
     for (int line = 0; line < 8; ++line) {  // codes kPrefetch groups ahead (they run on into the next tile)
       _mm_prefetch(reinterpret_cast<const char*>(wt + (2 * b + kPrefetch) * 256 + 64 * line), _MM_HINT_T0);
     }
-    __m512i ip0[MT], ip1[MT];
-    for (int i = 0; i < MT; ++i) ip0[i] = ip1[i] = _mm512_setzero_si512();
+    __m512i ip[2][MT];  // [group of the block][row]
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      for (int i = 0; i < MT; ++i) ip[h][i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int kq = 0; kq < 8; ++kq) {
-      const __m512i wq = int4_quad(wt + (b * 16 + kq) * 32);
-      for (int i = 0; i < MT; ++i) ip0[i] = _mm512_dpbusd_epi32(ip0[i], wq, bcast4(xs + i * k + b * 64 + kq * 4));
-    }
-#pragma GCC unroll 8
-    for (int kq = 8; kq < 16; ++kq) {
-      const __m512i wq = int4_quad(wt + (b * 16 + kq) * 32);
-      for (int i = 0; i < MT; ++i) ip1[i] = _mm512_dpbusd_epi32(ip1[i], wq, bcast4(xs + i * k + b * 64 + kq * 4));
+      for (int kq = 8 * h; kq < 8 * h + 8; ++kq) {
+        const __m512i wq = int4_quad(wt + (b * 16 + kq) * 32);
+        for (int i = 0; i < MT; ++i) ip[h][i] = _mm512_dpbusd_epi32(ip[h][i], wq, bcast4(xs + i * k + b * 64 + kq * 4));
+      }
     }
     const __m512 d0 = load_half16(dt + 2 * b * 16), d1 = load_half16(dt + (2 * b + 1) * 16);
     const __m512 n0 = load_half16(mt + 2 * b * 16), n1 = load_half16(mt + (2 * b + 1) * 16);
     for (int i = 0; i < MT; ++i) {
       const float* t = xq.t.data() + ((m0 + i) * xq.nb + b) * 2;  // a sum(xq) of the block's two groups
-      __m512 both = _mm512_mul_ps(_mm512_cvtepi32_ps(ip0[i]), d0);
-      both = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip1[i]), d1, both);
+      __m512 both = _mm512_mul_ps(_mm512_cvtepi32_ps(ip[0][i]), d0);
+      both = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip[1][i]), d1, both);
       acc[i] = _mm512_fmadd_ps(both, _mm512_set1_ps(xq.a[(m0 + i) * xq.nb + b]), acc[i]);
       acc[i] = _mm512_fmadd_ps(n0, _mm512_set1_ps(t[0]), acc[i]);
       acc[i] = _mm512_fmadd_ps(n1, _mm512_set1_ps(t[1]), acc[i]);

@@ -37,7 +37,7 @@ class TorchAttentionBackend:
     def prepare(self, batch: ForwardBatch) -> None:
         table = self.req_to_token.table
         if batch.mode == "decode":
-            batch.attn_meta = plan_decode(table, batch.req_rows, batch.seq_lens)
+            batch.attn_meta = plan_decode(table, batch.req_rows, batch.seq_lens, self.native_decode)
             return
         if self.native_extend:
             rows = table[batch.req_rows, : max(batch.seq_lens)]  # [R, L]: cached prefix, then the new tokens

@@ -44,7 +44,8 @@ class DecodeMeta:
     native: tuple[torch.Tensor, ...] | None = None  # with at most one group: native_args for the C++ kernel
 
 
-def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) -> DecodeMeta:
+def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int], native: bool = False) -> DecodeMeta:
+    """``native``: also build the C++ kernel's step inputs (DecodeMeta.native), for batches it takes."""
     lens = torch.tensor(seq_lens)
     slots = table[rows, : int(lens.max())]  # [B, Lmax]
     start = torch.zeros_like(lens)
@@ -69,10 +70,10 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int]) ->
     idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
     mask = None if bool(mask.all()) else mask[None, :, None, :]
     bias = additive_bias(mask) if groups and mask is not None else None
-    native = None
-    if len(groups) <= 1:
-        native = native_args(lens - start, groups[0].members if groups else None, groups[0].slots if groups else None)
-    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, native)
+    args = None
+    if native and len(groups) <= 1:
+        args = native_args(lens - start, groups[0].members if groups else None, groups[0].slots if groups else None)
+    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, args)
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):

@@ -38,12 +38,11 @@ class ModelRunner:
                            head_major=self.backend_name != "flashinfer")
         self.req_to_token = ReqToTokenPool(config.max_running_requests + 2, self.max_context + page, self.device)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
-        native = (config.cpu_kernels == "auto" and self.backend_name == "torch"
-                  and native_fits(self.pool, num_q_heads, cfg.head_dim))
-        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
-        # the C++ token bitmask for grammar-constrained rows (sampler.apply_grammars), and the C++ RMSNorm and
-        # silu * up on the eager path (prefill)
+        # radixlm's C++ CPU kernels: the token bitmask for grammar-constrained rows (sampler.apply_grammars), the
+        # RMSNorm and silu * up on the eager path (prefill), and the decode / extend attention where they fit
         self.native_ops = self.device.type == "cpu" and config.cpu_kernels == "auto" and cpu_ext.available()
+        native = self.native_ops and self.backend_name == "torch" and native_fits(self.pool, num_q_heads, cfg.head_dim)
+        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
         for module in model.modules():
             if hasattr(module, "native_cpu"):
                 module.native_cpu = self.native_ops
