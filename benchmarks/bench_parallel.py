@@ -21,7 +21,7 @@ import time
 import httpx
 from bench_serving import main_async
 
-from radixlm.runtime.launch import free_port
+from radixlm.runtime.serve.launch import free_port
 
 
 def start(*flags: str, command: str = "serve") -> tuple[subprocess.Popen, str]:

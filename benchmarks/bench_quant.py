@@ -20,7 +20,7 @@ import time
 import torch
 
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.quantization import QuantWeight
+from radixlm.runtime.model.quantization import QuantWeight
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down (N, K)
 

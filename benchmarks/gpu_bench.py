@@ -18,7 +18,7 @@ import torch
 
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.model_llama import LlamaForCausalLM
+from radixlm.runtime.model.llama import LlamaForCausalLM
 
 LLAMA3_8B = ModelConfig(architecture="LlamaForCausalLM", vocab_size=128256, hidden_size=4096,
                         intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from radixlm.runtime.weights import open_model
+from radixlm.runtime.model.loader import open_model
 
 
 def copy_bandwidth(mb: int, repeats: int) -> float:
@@ -38,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     bw = copy_bandwidth(args.mb, args.repeats)
     cfg = open_model(None).config
-    from radixlm.runtime.model_llama import LlamaForCausalLM
+    from radixlm.runtime.model.llama import LlamaForCausalLM
 
     with torch.device("meta"):
         params = sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())

@@ -1,6 +1,6 @@
 """Fused RMSNorm with an optional residual add: s = x + residual (in x's dtype), out = s / rms(s) * w.
 
-Matches radixlm.runtime.layers.RMSNorm: the sum is rounded to x's dtype (it is the next residual), the norm
+Matches radixlm.runtime.model.layers.RMSNorm: the sum is rounded to x's dtype (it is the next residual), the norm
 is computed in float32 and rounded once. One program per token row; H must fit one block.
 """
 

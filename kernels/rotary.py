@@ -1,7 +1,7 @@
 """Rotate-half rotary embedding of q and k at given positions, in place, with float32 cos/sin tables.
 
 x1, x2 = halves of x in float32, out = (x1 cos - x2 sin, x2 cos + x1 sin), rounded to x's dtype (the CPU
-path in radixlm.runtime.layers.RopeAt computes the same in the model's dtype, as transformers does).
+path in radixlm.runtime.model.layers.RopeAt computes the same in the model's dtype, as transformers does).
 """
 
 from __future__ import annotations

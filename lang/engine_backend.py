@@ -43,36 +43,34 @@ class EngineBackend:
         return True
 
     def _pump(self) -> None:
+        """On the driving thread: queue what callers built, then run one scheduler step."""
         with self._inbox_lock:
             batch, self._inbox = self._inbox, []
-        sched = self.engine.scheduler
-        for req in batch:
+        core = self.engine.core
+        for msgs, box in batch:
             try:
-                sched.add(req)
+                box.extend(self.engine.submit(msgs))
             except ValueError as e:
-                from radixlm.runtime.request import FinishReason
-
-                req.finished = FinishReason("abort", message=str(e), status=400)
-        if sched.has_work():
-            sched.step()
+                box.append(e)
+        if core.has_work():
+            core.step()
         else:
             time.sleep(0.001)
 
     def _run(self, prompts: list[str] | None, params: dict[str, Any], input_ids=None, **logprob: Any) -> list[dict]:
-        from radixlm.runtime.request import LogprobSettings
-
-        lp = LogprobSettings(logprob.get("return_logprob", False), logprob.get("logprob_start_len", -1),
-                             logprob.get("top_logprobs_num", 0))
         prompt = None if prompts is None else (prompts if len(prompts) > 1 else prompts[0])
         ids = None if input_ids is None else (input_ids if len(input_ids) > 1 else input_ids[0])
-        reqs = self.engine._make_reqs(prompt, ids, params, lp, None, 0)
+        msgs = self.engine.build(prompt, ids, params, **logprob)
+        box: list = []  # filled on the driving thread: the Reqs, or the ValueError that refused them
         with self._inbox_lock:
-            self._inbox += reqs
-        self.wait_until(lambda: all(r.finished is not None for r in reqs))
-        bad = next((r.finished for r in reqs if r.finished.status), None)
+            self._inbox.append((msgs, box))
+        self.wait_until(lambda: bool(box) and all(isinstance(r, Exception) or r.finished is not None for r in box))
+        if isinstance(box[0], Exception):
+            raise RuntimeError(str(box[0]))
+        bad = next((r.finished for r in box if r.finished.status), None)
         if bad is not None:
             raise RuntimeError(bad.message)
-        return [self.engine._result(r) for r in reqs]
+        return [self.engine.result(r) for r in box]
 
     # ------------------------------------------------------------ backend interface
     def generate(self, prompt: str, params: dict[str, Any], logprobs: dict[str, Any] | None = None) -> GenResult:
@@ -108,6 +106,6 @@ class EngineBackend:
             self._run([prompt], {"max_new_tokens": 0})
 
     def flush_cache(self) -> None:
-        self.wait_until(lambda: not self.engine.scheduler.has_work())
+        self.wait_until(lambda: not self.engine.core.has_work())
         with self._lock:
             self.engine.flush_cache()

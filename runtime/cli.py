@@ -9,7 +9,7 @@ import sys
 import types
 import typing
 
-from radixlm.runtime.config import EngineConfig, ParallelConfig, RouterConfig, ServerConfig
+from radixlm.runtime.config import EngineConfig, RouterConfig, ServerConfig
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config_cls: type) -> None:
@@ -32,6 +32,16 @@ def config_from_args(args: argparse.Namespace, config_cls: type):
     return config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
 
 
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of every concern of EngineConfig, each in its own help group."""
+    for name, kind in EngineConfig.concerns().items():
+        add_config_flags(parser.add_argument_group(f"{name} ({kind.__name__})"), kind)
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(**{name: config_from_args(args, kind) for name, kind in EngineConfig.concerns().items()})
+
+
 def _base_type(hint) -> type:
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
@@ -47,12 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--json", action="store_true", help="print full results as JSON lines")
-    add_config_flags(gen, EngineConfig)
+    add_engine_flags(gen)
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible and native HTTP API")
-    add_config_flags(serve, EngineConfig)
-    add_config_flags(serve, ServerConfig)
-    add_config_flags(serve, ParallelConfig)
-    add_config_flags(serve, RouterConfig)
+    add_engine_flags(serve)
+    add_config_flags(serve.add_argument_group("server (ServerConfig)"), ServerConfig)
+    add_config_flags(serve.add_argument_group("router, with --dp-size (RouterConfig)"), RouterConfig)
     router = sub.add_parser("router", help="route requests over running radixlm (or OpenAI-compatible) servers")
     router.add_argument("--worker-urls", nargs="+", required=True, help="base URLs of the servers")
     router.add_argument("--host", default="127.0.0.1", help="address to bind")
@@ -71,22 +80,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    engine, server = config_from_args(args, EngineConfig), config_from_args(args, ServerConfig)
-    parallel = config_from_args(args, ParallelConfig)
-    if parallel.dp_size > 1:
-        from radixlm.runtime.dp_launch import launch_dp
+    engine, server = engine_config_from_args(args), config_from_args(args, ServerConfig)
+    if engine.parallel.dp_size > 1:
+        from radixlm.runtime.serve.dp_launch import launch_dp
 
-        return launch_dp(engine, server, parallel, config_from_args(args, RouterConfig))
-    from radixlm.runtime.launch import launch_server
+        return launch_dp(engine, server, config_from_args(args, RouterConfig))
+    from radixlm.runtime.serve.launch import launch_server
 
-    return launch_server(engine, server, parallel)
+    return launch_server(engine, server)
 
 
 def _router(args: argparse.Namespace) -> int:
     import asyncio
 
-    from radixlm.runtime.launch import http_server, serve_until_signal
-    from radixlm.runtime.router import create_router_app
+    from radixlm.runtime.serve.launch import http_server, serve_until_signal
+    from radixlm.runtime.serve.router import create_router_app
 
     app = create_router_app(args.worker_urls, config_from_args(args, RouterConfig))
     return 0 if asyncio.run(serve_until_signal(http_server(app, args.host, args.port, "info"))) else 1
@@ -95,8 +103,7 @@ def _router(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     from radixlm.runtime.engine import Engine
 
-    cfg = config_from_args(args, EngineConfig)
-    engine = Engine(**dataclasses.asdict(cfg))
+    engine = Engine(**engine_config_from_args(args).flat())
     sp = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
     for p in args.prompt:
         out = engine.chat([{"role": "user", "content": p}], sp) if args.chat else engine.generate(p, sp)

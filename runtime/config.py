@@ -1,8 +1,15 @@
-"""Frozen configuration dataclasses. Each field's ``metadata["help"]`` feeds the generated CLI."""
+"""Frozen configuration dataclasses, one per concern. Each field's ``metadata["help"]`` feeds the generated CLI.
+
+``EngineConfig`` is composed of the concerns the engine needs (weights, KV cache, scheduling, decoding,
+speculation, execution, parallelism); ``EngineConfig.from_flat`` builds it from flat keyword arguments (the
+``Engine(**config)`` and CLI form), every field name being unique across the concerns.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
@@ -10,17 +17,33 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 QUANT_KINDS = ("none", "int8", "int4")
 CPU_KERNELS = ("auto", "torch")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
 
 def _opt(default, help_text: str, **extra):
     return field(default=default, metadata={"help": help_text, **extra})
 
 
+def _check_choices(cfg: Any) -> None:
+    """Every field declared with ``choices`` holds one of them."""
+    for f in dataclasses.fields(cfg):
+        choices = f.metadata.get("choices")
+        value = getattr(cfg, f.name)
+        if choices is not None and value not in choices and not (value is None and f.default is None):
+            raise ValueError(f"{f.name} must be one of {choices}, got {value!r}")
+
+
+def _check_positive(cfg: Any, *names: str) -> None:
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of a Llama-family decoder, read from GGUF metadata or a Hugging Face config.json."""
 
-    architecture: str  # "LlamaForCausalLM" | "Qwen2ForCausalLM" | "MistralForCausalLM"
+    architecture: str  # one of SUPPORTED_ARCHITECTURES
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -39,36 +62,80 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """Everything the in-process engine (model runner + scheduler) needs."""
+class LoadConfig:
+    """Which weights, in which form."""
 
     model: str | None = _opt(None, "GGUF file or Hugging Face folder; omitted: the embedded SmolLM2-135M-Instruct")
     dtype: str = _opt("auto", "weight and activation dtype", choices=DTYPES)
+    quantization: str = _opt("none", "weight-only quantization on the CPU: int8 (per-row) or int4 (groups of 32, "
+                             "like GGUF's Q4_1); the embedding/LM head stays int8", choices=QUANT_KINDS)
+    quantized_prefill: bool = _opt(False, "with --quantization on torch's kernels: drop the dense weights and run "
+                                   "prefill through the quantized kernels too (less memory, slower prefill). "
+                                   "radixlm's kernels always do: they beat the dense matmul at every batch")
+    context_length: int | None = _opt(None, "longest prompt + output; default: the model's")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The paged KV pool and the radix tree over it."""
+
     max_total_tokens: int | None = _opt(None, "KV pool size in tokens; default: from --kv-cache-memory-gb")
     kv_cache_memory_gb: float = _opt(1.0, "memory for the KV pool when --max-total-tokens is not given")
     page_size: int = _opt(1, "tokens per KV page")
-    context_length: int | None = _opt(None, "longest prompt + output; default: the model's")
+    disable_radix_cache: bool = _opt(False, "plain per-request KV, no prefix sharing")
+    eviction_policy: str = _opt("lru", "radix cache eviction", choices=("lru", "lfu"))
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "page_size")
+        _check_choices(self)
+        if self.max_total_tokens is not None and self.max_total_tokens < 2 * self.page_size:
+            raise ValueError(f"max_total_tokens must be >= 2 pages, got {self.max_total_tokens}")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Admission, batching and the order of the waiting queue."""
+
     chunked_prefill_size: int = _opt(1024, "largest prefill chunk of one request, in tokens")
     max_prefill_tokens: int = _opt(4096, "largest prefill batch, in tokens")
     max_running_requests: int = _opt(64, "most requests decoding at once")
     enable_mixed_chunk: bool = _opt(False, "running requests decode their next token inside a prefill batch "
-                                    "instead of waiting for it (slower on the CPU: see README)")
+                                    "instead of waiting for it (slower on the CPU)")
     max_queued_requests: int | None = _opt(None, "reject new requests beyond this many waiting")
     schedule_policy: str = _opt("lpm", "order of the waiting queue", choices=SCHEDULE_POLICIES)
     schedule_conservativeness: float = _opt(1.0, "above 1 reserves more KV for running requests")
     lpm_max_queue: int = _opt(128, "cache-aware policies fall back to fcfs beyond this queue length")
     max_wait_s: float = _opt(30.0, "aging bound: a request waiting longer goes first, whatever the policy")
     priority_preemption_threshold: int = _opt(10, "a waiting request preempts running ones this much worse")
-    disable_radix_cache: bool = _opt(False, "plain per-request KV, no prefix sharing")
-    eviction_policy: str = _opt("lru", "radix cache eviction", choices=("lru", "lfu"))
-    num_threads: int | None = _opt(None, "torch intra-op threads; default: the number of cores")
-    random_seed: int = _opt(0, "seed of the engine's RNG (requests without a seed draw from it)")
     check_invariants: bool = _opt(False, "check KV accounting after every step (debug)")
+    watchdog_timeout_s: float = _opt(300.0, "a forward step slower than this is reported and its requests fail")
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "chunked_prefill_size", "max_prefill_tokens", "max_running_requests")
+        _check_choices(self)
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """Sampling defaults and grammar-constrained decoding."""
+
+    random_seed: int = _opt(0, "seed of the engine's RNG (requests without a seed draw from it)")
     grammar_backend: str = _opt("xgrammar", "grammar backend for constrained decoding",
                                 choices=("xgrammar", "outlines"))
     grammar_timeout_s: float = _opt(60.0, "a grammar that takes longer to compile fails its request")
     jump_forward: bool = _opt(True, "append grammar-forced text in one step instead of token by token")
-    watchdog_timeout_s: float = _opt(300.0, "a forward step slower than this is reported and its requests fail")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding: n-gram prompt lookup or self-speculation."""
+
     speculative_algorithm: str | None = _opt(None, "speculative decoding: 'ngram' (prompt lookup) or 'draft' "
                                              "(self-speculation: the model's first layers + LM head)",
                                              choices=("ngram", "draft"))
@@ -80,45 +147,9 @@ class EngineConfig:
     speculative_draft_layers: int = _opt(8, "draft speculation: layers of the model the self-draft runs")
     speculative_min_accept_rate: float = _opt(0.3, "a request whose recent acceptance is below this stops "
                                               "speculating for a while")
-    device: str = _opt("auto", "where the model runs: cuda if available, else cpu", choices=("auto", "cpu", "cuda"))
-    attention_backend: str = _opt("auto", "auto: flashinfer if importable on CUDA, else triton on CUDA, else torch",
-                                  choices=ATTENTION_BACKENDS)
-    disable_cuda_graph: bool = _opt(False, "run decode batches eagerly instead of replaying captured CUDA graphs")
-    cuda_graph_max_bs: int = _opt(256, "largest decode batch captured in a CUDA graph (larger ones run eagerly)")
-    quantization: str = _opt("none", "weight-only quantization on the CPU: int8 (per-row) or int4 (groups of 32, "
-                             "like GGUF's Q4_1); the embedding/LM head stays int8", choices=QUANT_KINDS)
-    cpu_kernels: str = _opt("auto", "auto: radixlm's AVX512 kernels (int4/int8 matmuls for --quantization, decode "
-                            "attention) where the CPU has AVX512-VNNI (compiled on first use, about 30 s, then "
-                            "cached); torch: torch's ops only", choices=CPU_KERNELS)
-    quantized_prefill: bool = _opt(False, "with --quantization on torch's kernels: drop the dense weights and run "
-                                   "prefill through the quantized kernels too (less memory; prefill about 2x slower "
-                                   "there). radixlm's kernels always do: they beat the dense matmul at every batch")
-    enable_torch_compile: bool = _opt(False, "CPU: run decode batches through one torch.compile'd graph (about "
-                                      "1.4x faster decode; compiles for a minute or so at startup, cached on disk)")
-    torch_compile_max_bs: int = _opt(16, "largest decode batch the compiled CPU step runs (larger ones run eagerly)")
-    stream_interval: int = _opt(1, "server: send a running request's new tokens on every N-th decode step (its "
-                                "first token and its end go at once): fewer wake-ups of the helper processes "
-                                "on the cores the forward pass uses, in coarser chunks")
-    tp_size: int = _opt(1, "tensor-parallel ranks (one scheduler process each; gloo on the CPU, NCCL on GPUs)")
 
     def __post_init__(self) -> None:
-        positive = ("page_size", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "tp_size",
-                    "torch_compile_max_bs", "stream_interval")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_total_tokens is not None and self.max_total_tokens < 2 * self.page_size:
-            raise ValueError(f"max_total_tokens must be >= 2 pages, got {self.max_total_tokens}")
-        if self.quantization not in QUANT_KINDS:
-            raise ValueError(f"quantization must be one of {QUANT_KINDS}, got {self.quantization!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.schedule_policy not in SCHEDULE_POLICIES:
-            raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
-        if self.grammar_backend not in ("xgrammar", "outlines"):
-            raise ValueError(f"grammar_backend must be 'xgrammar' or 'outlines', got {self.grammar_backend!r}")
-        if self.speculative_algorithm not in (None, "ngram", "draft"):
-            raise ValueError(f"speculative_algorithm must be 'ngram' or 'draft', got {self.speculative_algorithm!r}")
+        _check_choices(self)
         if self.speculative_num_draft_tokens < 1 or self.speculative_draft_layers < 1:
             raise ValueError("speculative_num_draft_tokens and speculative_draft_layers must be >= 1")
         if not 1 <= self.speculative_ngram_min <= self.speculative_ngram_max:
@@ -127,15 +158,86 @@ class EngineConfig:
         if self.speculative_draft_model is not None:
             raise ValueError("speculative_draft_model: a separate draft model is not supported yet; use "
                              "--speculative-algorithm draft with --speculative-draft-layers (self-speculation)")
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        if self.enable_torch_compile and (self.tp_size > 1 or self.device == "cuda"):
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """Where and how the forward pass runs: device, attention backend, kernels, graphs, threads."""
+
+    device: str = _opt("auto", "where the model runs: cuda if available, else cpu", choices=("auto", "cpu", "cuda"))
+    attention_backend: str = _opt("auto", "auto: flashinfer if importable on CUDA, else triton on CUDA, else torch",
+                                  choices=ATTENTION_BACKENDS)
+    disable_cuda_graph: bool = _opt(False, "run decode batches eagerly instead of replaying captured CUDA graphs")
+    cuda_graph_max_bs: int = _opt(256, "largest decode batch captured in a CUDA graph (larger ones run eagerly)")
+    cpu_kernels: str = _opt("auto", "auto: radixlm's C++ CPU kernels (int4/int8 matmuls, attention, norms, the "
+                            "grammar bitmask) where the CPU and a compiler allow (built on first use, then "
+                            "cached); torch: torch's ops only", choices=CPU_KERNELS)
+    enable_torch_compile: bool = _opt(False, "CPU: run decode batches through one torch.compile'd graph "
+                                      "(compiled at startup, cached on disk)")
+    torch_compile_max_bs: int = _opt(16, "largest decode batch the compiled CPU step runs (larger ones run eagerly)")
+    num_threads: int | None = _opt(None, "torch intra-op threads; default: the number of cores")
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "torch_compile_max_bs")
+        _check_choices(self)
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Tensor-parallel ranks, where they meet, and data-parallel replicas."""
+
+    tp_size: int = _opt(1, "tensor-parallel ranks (one scheduler process each; gloo on the CPU, NCCL on GPUs)")
+    dp_size: int = _opt(1, "data-parallel replicas, each with its own radix cache, behind a cache-aware router")
+    dist_init_addr: str | None = _opt(None, "host:port where TP ranks meet; default: a free port on 127.0.0.1")
+    nnodes: int = _opt(1, "machines the TP group spans")
+    node_rank: int = _opt(0, "this machine's index among --nnodes (0 serves HTTP)")
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "tp_size", "dp_size", "nnodes")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank must be in [0, {self.nnodes}), got {self.node_rank}")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs --dist-init-addr host:port (reachable from every node)")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything one engine (model runner + KV cache + scheduler) needs, by concern."""
+
+    load: LoadConfig = field(default_factory=LoadConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+
+    def __post_init__(self) -> None:
+        if self.execution.enable_torch_compile and (self.parallel.tp_size > 1 or self.execution.device == "cuda"):
             raise ValueError("enable_torch_compile compiles the CPU decode step of one process (tp_size 1); on "
                              "CUDA decode batches replay CUDA graphs instead")
-        if self.eviction_policy not in ("lru", "lfu"):
-            raise ValueError(f"eviction_policy must be 'lru' or 'lfu', got {self.eviction_policy!r}")
+
+    @classmethod
+    def concerns(cls) -> dict[str, type]:
+        return {f.name: f.default_factory for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_flat(cls, **options: Any) -> EngineConfig:
+        """``EngineConfig.from_flat(page_size=16, quantization="int4")``: each option goes to its concern."""
+        parts: dict[str, dict[str, Any]] = {name: {} for name in cls.concerns()}
+        owner = {f.name: name for name, kind in cls.concerns().items() for f in dataclasses.fields(kind)}
+        for key, value in options.items():
+            if key not in owner:
+                raise ValueError(f"Engine: unknown option {key!r}")
+            parts[owner[key]][key] = value
+        return cls(**{name: kind(**parts[name]) for name, kind in cls.concerns().items()})
+
+    def flat(self) -> dict[str, Any]:
+        """The inverse of from_flat: every option by name."""
+        return {k: v for name in self.concerns() for k, v in dataclasses.asdict(getattr(self, name)).items()}
+
+    def replace(self, **options: Any) -> EngineConfig:
+        return EngineConfig.from_flat(**{**self.flat(), **options})
 
 
 @dataclass(frozen=True)
@@ -155,24 +257,13 @@ class ServerConfig:
     max_messages: int = _opt(1024, "most chat messages per request")
     request_timeout_s: float = _opt(600.0, "a request still unfinished after this long is aborted (504)")
     startup_timeout_s: float = _opt(600.0, "how long to wait for the model to load")
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    """Where the tensor-parallel ranks meet, and how many data-parallel replicas to run."""
-
-    dp_size: int = _opt(1, "data-parallel replicas, each with its own radix cache, behind a cache-aware router")
-    dist_init_addr: str | None = _opt(None, "host:port where TP ranks meet; default: a free port on 127.0.0.1")
-    nnodes: int = _opt(1, "machines the TP group spans")
-    node_rank: int = _opt(0, "this machine's index among --nnodes (0 serves HTTP)")
+    stream_interval: int = _opt(1, "send a running request's new tokens on every N-th decode step (its first "
+                                "token and its end go at once): fewer wake-ups of the helper processes on the "
+                                "cores the forward pass uses, in coarser chunks")
 
     def __post_init__(self) -> None:
-        if self.dp_size < 1 or self.nnodes < 1:
-            raise ValueError(f"dp_size and nnodes must be >= 1, got {self.dp_size} and {self.nnodes}")
-        if not 0 <= self.node_rank < self.nnodes:
-            raise ValueError(f"node_rank must be in [0, {self.nnodes}), got {self.node_rank}")
-        if self.nnodes > 1 and not self.dist_init_addr:
-            raise ValueError("nnodes > 1 needs --dist-init-addr host:port (reachable from every node)")
+        _check_positive(self, "stream_interval")
+        _check_choices(self)
 
 
 @dataclass(frozen=True)
@@ -187,8 +278,7 @@ class RouterConfig:
     health_check_interval_s: float = _opt(1.0, "how often the router probes each replica's /health")
 
     def __post_init__(self) -> None:
-        if self.router_policy not in ROUTER_POLICIES:
-            raise ValueError(f"router_policy must be one of {ROUTER_POLICIES}, got {self.router_policy!r}")
+        _check_choices(self)
         if not 0.0 <= self.cache_threshold <= 1.0:
             raise ValueError(f"cache_threshold must be in [0, 1], got {self.cache_threshold}")
         if self.max_tree_chars < 1 or self.balance_abs_threshold < 0 or self.balance_rel_threshold < 1.0:

@@ -1,25 +1,126 @@
-"""Typed IPC messages between the API, scheduler and detokenizer processes (msgpack via msgspec).
+"""The typed request and every IPC message between the API, scheduler and detokenizer processes.
 
-Decoding is typed: a socket only ever yields these structs, never arbitrary objects (no pickle).
+``SamplingParams`` is validated once, where a request arrives (``SamplingParams.from_dict`` or
+``validate``), and then travels as it is inside ``GenerateReq``. Messages are msgpack via msgspec; decoding
+is typed, so a socket only ever yields these structs, never arbitrary objects (no pickle).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
 
+from radixlm.constrained.spec import ConstraintSpec
+
+FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty")
+INT_FIELDS = ("min_new_tokens", "top_k", "n")
+
+
+class SamplingParams(msgspec.Struct, kw_only=True, frozen=True):
+    """How to sample one request. ``max_new_tokens`` None: until a stop, or the context is full (the request
+    builder replaces it by that bound, so the scheduler always sees a number)."""
+
+    max_new_tokens: int | None = None
+    min_new_tokens: int = 0
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = -1  # -1 or 0: off
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    seed: int | None = None
+    n: int = 1
+    logit_bias: dict[int, float] | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
+        """Validated parameters from a plain dict; a bad or unknown field is a ValueError naming it."""
+        d = dict(d or {})
+        unknown = sorted(set(d) - set(cls.__struct_fields__))
+        if unknown:
+            raise ValueError(f"sampling_params: unknown field {unknown[0]!r}")
+        if isinstance(d.get("stop"), str):
+            d["stop"] = [d["stop"]]
+        for key in ("stop", "stop_token_ids"):
+            if d.get(key) is None:
+                d.pop(key, None)
+        if d.get("logit_bias") is not None:
+            d["logit_bias"] = _logit_bias(d["logit_bias"])
+        params = cls(**d)
+        params.validate()
+        return params
+
+    def validate(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"sampling_params.{name} {why}, got {getattr(self, name)!r}")
+
+        for name in FLOAT_FIELDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise bad(name, "must be a finite number")
+        for name in INT_FIELDS + (("max_new_tokens",) if self.max_new_tokens is not None else ()):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise bad(name, "must be an integer")
+        checks = (("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 0, "must be >= 0"),
+                  ("min_new_tokens", self.min_new_tokens >= 0, "must be >= 0"),
+                  ("temperature", self.temperature >= 0, "must be >= 0"),
+                  ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+                  ("top_k", self.top_k >= -1, "must be -1 (off) or >= 0"),
+                  ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
+                  ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
+                  ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+                  ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+                  ("n", self.n >= 1, "must be >= 1"),
+                  ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
+                  ("stop_token_ids", all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+                   "must be token ids"),
+                  ("seed", self.seed is None or isinstance(self.seed, int) and not isinstance(self.seed, bool),
+                   "must be an integer"))
+        for name, ok, why in checks:
+            if not ok:
+                raise bad(name, why)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
+
+
+def _logit_bias(bias: Any) -> dict[int, float]:
+    """Token-id keys (OpenAI sends them as strings) -> floats."""
+    try:
+        return {int(k): float(v) for k, v in dict(bias).items()}
+    except (TypeError, ValueError) as e:
+        raise ValueError("sampling_params.logit_bias must map token ids to numbers") from e
+
+
+class LogprobOptions(msgspec.Struct, frozen=True):
+    return_logprob: bool = False
+    logprob_start_len: int = -1  # -1: no prompt logprobs
+    top_logprobs_num: int = 0
+
 
 class GenerateReq(msgspec.Struct, tag=True):
+    """One sequence to generate (a prompt's n samples are n of these), built by request_builder."""
+
     rid: str
     input_ids: list[int]
-    sampling: dict[str, Any]  # validated SamplingParams fields
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
+    params: SamplingParams  # validated; n == 1 and max_new_tokens set
+    logprob: LogprobOptions = LogprobOptions()
     priority: int = 0
-    seed: int | None = None
-    constraint: tuple[str, str] | None = None  # (ConstraintSpec.kind, ConstraintSpec.value)
+    constraint: ConstraintSpec | None = None
 
 
 class AbortReq(msgspec.Struct, tag=True):
@@ -66,6 +167,14 @@ def merge_progress(earlier: Progress, later: Progress) -> Progress:
         if getattr(earlier, name) is not None:
             setattr(later, name, getattr(earlier, name))
     return later
+
+
+def spec_meta(verify_steps: int, drafted: int, accepted: int) -> dict[str, float]:
+    """meta_info fields of a request that speculated (empty if it never did)."""
+    if not verify_steps:
+        return {}
+    return {"spec_verify_ct": verify_steps, "spec_draft_tokens": drafted,
+            "spec_accept_rate": accepted / max(drafted, 1), "spec_accept_length": 1 + accepted / verify_steps}
 
 
 class TokenUpdate(Progress):

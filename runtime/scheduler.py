@@ -15,14 +15,15 @@ from dataclasses import dataclass
 import torch
 
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
-from radixlm.runtime.cache_manager import KVCacheManager
 from radixlm.runtime.config import EngineConfig
-from radixlm.runtime.grammar_steps import jump_forward, poll_compiles
+from radixlm.runtime.decode.grammar import jump_forward, poll_compiles
+from radixlm.runtime.decode.logprobs import logit_positions, record_prompt_logprobs
+from radixlm.runtime.decode.sampler import sample
+from radixlm.runtime.decode.speculative import SpecDecoder
+from radixlm.runtime.decode.stopping import append_token
+from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.policy import CLIP_MAX_NEW_TOKENS, PrefillBudget, QueueItem, order_queue
 from radixlm.runtime.request import FinishReason, Req
-from radixlm.runtime.sampler import sample
-from radixlm.runtime.spec_decode import SpecDecoder
-from radixlm.runtime.stopping import append_token
 
 log = logging.getLogger("radixlm.scheduler")
 
@@ -39,7 +40,7 @@ class Scheduler:
                  cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str],
                  encode: Callable[[str], list[int]] | None = None, grammars: Callable | None = None,
                  native_sampling: bool = False) -> None:
-        self.cfg = config
+        self.cfg, self.decoding = config.scheduler, config.decoding
         self.native_sampling = native_sampling  # radixlm's C++ CPU kernels are loaded (sampler.apply_grammars)
         self.forward = forward
         self.cache = cache
@@ -53,12 +54,12 @@ class Scheduler:
         self.chunked: Req | None = None
         self.pending_aborts: set[str] = set()
         self.failures: dict[str, str] = {}  # rid -> why it must fail (the watchdog)
-        self.init_ratio = min(1.0, 0.7 * config.schedule_conservativeness)
+        self.init_ratio = min(1.0, 0.7 * config.scheduler.schedule_conservativeness)
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "mixed_decode_steps": 0,
                       "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
-        self.spec = SpecDecoder(config, forward, cache, decode, max_context) \
-            if config.speculative_algorithm else None
+        self.spec = SpecDecoder(config.speculative, forward, cache, decode, max_context) \
+            if config.speculative.speculative_algorithm else None
 
     # ------------------------------------------------------------ queue management
     def add(self, req: Req) -> None:
@@ -98,7 +99,7 @@ class Scheduler:
         outputs = self._apply_aborts()
         if self.grammar_queue:
             idle = not (self.waiting or self.running or self.chunked)
-            ready, failed = poll_compiles(self.grammar_queue, self.cfg.grammar_timeout_s, 0.01 if idle else 0)
+            ready, failed = poll_compiles(self.grammar_queue, self.decoding.grammar_timeout_s, 0.01 if idle else 0)
             self.waiting += ready
             outputs += [StepOutput(r, [], True) for r in failed]
         entries = self._schedule_prefill()
@@ -186,7 +187,7 @@ class Scheduler:
                     req.cached_tokens = req.prefix_len
                     self.stats["prompt_tokens"] += len(req.origin_input_ids)
                     self.stats["cached_tokens"] += req.prefix_len
-            entries.append(ExtendEntry(req, req.kv_len, n, loc, self._logit_positions(req, req.kv_len, n)))
+            entries.append(ExtendEntry(req, req.kv_len, n, loc, logit_positions(req, req.kv_len, n)))
             if n < todo:  # at most one chunked request, and it ends the batch
                 self.chunked = req
                 break
@@ -200,17 +201,6 @@ class Scheduler:
             return True
         worst = max(r.priority for r in self.running)
         return any(worst - r.priority > self.cfg.priority_preemption_threshold for r in self.waiting)
-
-    def _logit_positions(self, req: Req, start: int, n: int) -> list[int]:
-        end = start + n
-        lp = req.logprob
-        positions = []
-        if lp.return_logprob and lp.logprob_start_len >= 0 and not req.output_ids:
-            first = max(start, lp.logprob_start_len - 1, 0)
-            positions = list(range(first, min(end, len(req.origin_input_ids) - 1)))
-        if end == len(req.fill_ids):
-            positions.append(end - 1)
-        return positions
 
     def _mixed_riders(self) -> list[ExtendEntry]:
         """Running requests that decode their next token inside this prefill batch (mixed chunk), so a
@@ -237,7 +227,7 @@ class Scheduler:
             row += k
             req.kv_len += e.n
             if req.logprob.return_logprob and not req.output_ids:
-                self._record_prompt_logprobs(req, e.logit_positions, req_logits)
+                record_prompt_logprobs(req, e.logit_positions, req_logits)
             self.cache.cache_unfinished(req)  # shareable now, by requests admitted while this one decodes
             if req.kv_len < len(req.fill_ids):
                 continue
@@ -265,23 +255,6 @@ class Scheduler:
                       what, len(reqs), took, self.cfg.watchdog_timeout_s)
             for r in reqs:
                 self.failures[r.rid] = f"watchdog: a forward step took {took:.2f} s (limit {self.cfg.watchdog_timeout_s} s)"
-
-    def _record_prompt_logprobs(self, req: Req, positions: list[int], logits: torch.Tensor) -> None:
-        n = len(positions) - (1 if positions and positions[-1] == len(req.fill_ids) - 1 else 0)
-        if n <= 0:
-            return
-        lp = torch.log_softmax(logits[:n], dim=-1)
-        targets = torch.tensor([req.origin_input_ids[p + 1] for p in positions[:n]])
-        chosen = lp.gather(1, targets.unsqueeze(1)).squeeze(1).tolist()
-        if positions[0] == 0:
-            req.input_token_logprobs.append((None, req.origin_input_ids[0]))
-            req.input_top_logprobs.append(None)
-        req.input_token_logprobs.extend(zip(chosen, targets.tolist(), strict=True))
-        k = req.logprob.top_logprobs_num
-        if k > 0:
-            vals, ids = lp.topk(k, dim=-1)
-            req.input_top_logprobs.extend(list(zip(i, v, strict=True)) for i, v in
-                                          zip(ids.tolist(), vals.tolist(), strict=True))
 
     # ------------------------------------------------------------ decode
     def _schedule_decode(self) -> tuple[list[Req], list[torch.Tensor], list | None]:
@@ -387,7 +360,7 @@ class Scheduler:
 
     def _jump_forward(self, req: Req) -> bool:
         """Forced text goes in as one extend step: the request waits for it, keeping its KV row."""
-        if not self.cfg.jump_forward or self.encode is None or req.logprob.return_logprob:
+        if not self.decoding.jump_forward or self.encode is None or req.logprob.return_logprob:
             return False
         room = req.params.max_new_tokens - len(req.output_ids)
         n = jump_forward(req, self.encode, self.decode, room) if room > 0 else 0

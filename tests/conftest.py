@@ -23,14 +23,14 @@ TINY = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from radixlm.runtime.weights import random_model
+    from radixlm.runtime.model.loader import random_model
 
     return random_model(TINY, seed=0)
 
 
 @pytest.fixture(scope="session")
 def smol_files():
-    from radixlm.runtime.weights import open_model
+    from radixlm.runtime.model.loader import open_model
 
     return open_model(None)
 
@@ -42,7 +42,7 @@ def smol_tokenizer(smol_files):
 
 @pytest.fixture(scope="session")
 def smol_model_fp32(smol_files):
-    from radixlm.runtime.weights import load_model
+    from radixlm.runtime.model.loader import load_model
 
     return load_model(smol_files, torch.float32, progress=False)
 
@@ -148,6 +148,6 @@ def server_process():
 @pytest.fixture(scope="session")
 def smol_model_bf16(smol_files):
     """The embedded model in bfloat16 (the default dtype), shared by the slow tests."""
-    from radixlm.runtime.weights import load_model
+    from radixlm.runtime.model.loader import load_model
 
     return load_model(smol_files, torch.bfloat16, progress=False)

@@ -70,7 +70,7 @@ def check_rmsnorm(dev: str) -> None:
 
 def check_rotary(dev: str) -> None:
     from radixlm.kernels.rotary import rotary_torch, rotary_triton
-    from radixlm.runtime.layers import RotaryEmbedding
+    from radixlm.runtime.model.rotary import RotaryEmbedding
 
     gen = torch.Generator().manual_seed(0)
     for dtype in DTYPES:
@@ -139,7 +139,7 @@ def check_engine(dev: str) -> None:
 
     from radixlm.runtime.config import ModelConfig
     from radixlm.runtime.engine import Engine
-    from radixlm.runtime.weights import random_model
+    from radixlm.runtime.model.loader import random_model
 
     cfg = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=64, intermediate_size=128,
                       num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=512,

@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.weights import random_model
+from radixlm.runtime.model.loader import random_model
 
 from .conftest import TINY
 

@@ -14,7 +14,7 @@ import torch
 from radixlm.kernels import cpu_decode_attention as ca
 from radixlm.kernels import cpu_quant_matmul as ck
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.weights import random_model
+from radixlm.runtime.model.loader import random_model
 
 from .conftest import TINY
 
@@ -169,7 +169,7 @@ def test_bf16_engine_on_the_cpu_kernels_scores_text_like_torch_ops(smol_files, s
     """SmolLM2 in bfloat16: prompt logprobs of a README passage, prefilled over a cached prefix (extend) and
     then decoded, agree with torch's ops: mean NLL within 0.5% and the same first greedy token (bfloat16
     sums in another order flip near-ties later on: here at the 4th token)."""
-    from radixlm.runtime.weights import load_model
+    from radixlm.runtime.model.loader import load_model
 
     text = open(__file__.replace("tests/test_cpu_kernels.py", "README.md")).read()[:3000]
     ids = smol_tokenizer(text)["input_ids"][:300]

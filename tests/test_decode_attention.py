@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from radixlm.runtime.config import ModelConfig
-from radixlm.runtime.decode_attention import decode_attention, plan_decode
-from radixlm.runtime.kv_pool import KVPool
+from radixlm.runtime.kv.pool import KVPool
+from radixlm.runtime.model.attention.cpu_decode import decode_attention, plan_decode
 
 CFG = ModelConfig("LlamaForCausalLM", vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1,
                   num_heads=4, num_kv_heads=2, head_dim=8)

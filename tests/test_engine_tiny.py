@@ -124,18 +124,12 @@ def test_abort_and_async_streaming(engine):
 
     ids, done = asyncio.run(main())
     assert len(ids) == 20 and len(done["output_ids"]) == 20
-    engine.scheduler.add(engine._make_reqs(None, prompt(8), {"max_new_tokens": 50}, _lp(), "victim", 0)[0])
+    engine.submit(engine.build(input_ids=prompt(8), sampling_params={"max_new_tokens": 50}, rid="victim"))
     engine.scheduler.step()
     engine.abort("victim")
     outs = engine.scheduler.step()
     assert any(o.req.rid == "victim" and o.req.finished.type == "abort" for o in outs)
     assert not engine.scheduler.has_work()
-
-
-def _lp():
-    from radixlm.runtime.request import LogprobSettings
-
-    return LogprobSettings()
 
 
 def test_watchdog_fails_slow_steps_without_hanging(tiny_model):

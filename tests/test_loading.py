@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from radixlm.runtime import model_files
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.weights import open_model
+from radixlm.runtime.model import loader as model_files
+from radixlm.runtime.model.loader import open_model
 
 
 def test_unknown_path():

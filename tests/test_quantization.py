@@ -9,8 +9,8 @@ import torch
 from radixlm.kernels import cpu_quant_matmul as vnni_kernels
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.quantization import QuantWeight, quantize_int4, quantize_model
-from radixlm.runtime.weights import random_model
+from radixlm.runtime.model.loader import random_model
+from radixlm.runtime.model.quantization import QuantWeight, quantize_int4, quantize_model
 
 from .conftest import TINY
 
@@ -67,7 +67,7 @@ def test_int4_rejects_in_features_not_divisible_by_its_group():
 
 def test_bad_quantization_settings_fail_clearly():
     with pytest.raises(ValueError, match="quantization must be one of"):
-        EngineConfig(quantization="int3")
+        EngineConfig.from_flat(quantization="int3")
     model = random_model(TINY, seed=3)
     with pytest.raises(ValueError, match="quantization must be one of"):
         quantize_model(model, "fp8", keep_dense=True)
@@ -104,7 +104,7 @@ def test_quantized_engine_tracks_the_dense_model(kind, quantized_prefill):
 def test_quantized_smollm2_keeps_the_file_precision(smol_files, smol_tokenizer):
     """The embedded GGUF is Q4_1 (layers) + Q8_0 (embedding): int4 layers + int8 head should cost nothing
     measurable. Mean negative log-likelihood of a README passage, float32 dense vs bf16 + int4."""
-    from radixlm.runtime.weights import load_model
+    from radixlm.runtime.model.loader import load_model
 
     text = open(__file__.replace("tests/test_quantization.py", "README.md")).read()[:3000]
     ids = smol_tokenizer(text)["input_ids"][:400]
@@ -126,14 +126,14 @@ def test_cli_flags_for_quantization_and_true_defaults():
     """The generated CLI: --quantization takes the kinds, and bools that default to True get --no-* forms."""
     import argparse
 
-    from radixlm.runtime.cli import add_config_flags, config_from_args
+    from radixlm.runtime.cli import add_engine_flags, engine_config_from_args
 
     parser = argparse.ArgumentParser()
-    add_config_flags(parser, EngineConfig)
-    cfg = config_from_args(parser.parse_args(["--quantization", "int4", "--quantized-prefill", "--no-jump-forward"]),
-                           EngineConfig)
-    assert (cfg.quantization, cfg.quantized_prefill, cfg.jump_forward) == ("int4", True, False)
-    assert config_from_args(parser.parse_args([]), EngineConfig).jump_forward is True
+    add_engine_flags(parser)
+    cfg = engine_config_from_args(parser.parse_args(["--quantization", "int4", "--quantized-prefill",
+                                                     "--no-jump-forward"]))
+    assert (cfg.load.quantization, cfg.load.quantized_prefill, cfg.decoding.jump_forward) == ("int4", True, False)
+    assert engine_config_from_args(parser.parse_args([])).decoding.jump_forward is True
     with pytest.raises(SystemExit):
         parser.parse_args(["--quantization", "int3"])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from radixlm.runtime.config import RouterConfig
-from radixlm.runtime.router import routing_text
-from radixlm.runtime.router_policy import RoutingPolicy
+from radixlm.runtime.serve.router import routing_text
+from radixlm.runtime.serve.router_policy import RoutingPolicy
 
 URLS = ["http://a", "http://b"]
 SYSTEMS = [f"System prompt number {g}: " + "lorem ipsum dolor sit amet " * 40 for g in range(4)]

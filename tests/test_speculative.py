@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from radixlm.runtime.config import ModelConfig
+from radixlm.runtime.decode.speculative.proposers import NgramProposer, spec_state
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.request import LogprobSettings, Req, SamplingParams
-from radixlm.runtime.speculative import NgramProposer, spec_state
-from radixlm.runtime.weights import random_model
+from radixlm.runtime.messages import LogprobOptions, SamplingParams
+from radixlm.runtime.model.loader import random_model
+from radixlm.runtime.request import Req
 
 DOC = ("Invoice 2291. Customer: Maria Lopez, 14 Harbour Road, Lisbon. Items: 3 lamps at 40 EUR, 2 chairs at "
        "85 EUR. Total: 290 EUR. Due: 2026-12-15. Contact: maria.lopez@example.com.")
@@ -29,7 +30,7 @@ PROMPTS = [
 
 
 def test_ngram_proposes_the_latest_continuation():
-    req = Req("r", [5, 6, 7, 8, 1, 5, 6, 7, 9, 5, 6], SamplingParams(), LogprobSettings(), ())
+    req = Req("r", [5, 6, 7, 8, 1, 5, 6, 7, 9, 5, 6], SamplingParams(), LogprobOptions(), ())
     prop = NgramProposer(1, 3)
     assert prop.propose([req], [3]) == [[7, 9, 5]]  # "5 6" last followed by 7 9 (position 7), not 7 8
     req.output_ids += [7, 9]

@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.config import ServerConfig
 from radixlm.runtime.messages import TokenUpdate
-from radixlm.runtime.scheduler_proc import SchedulerProcess
+from radixlm.runtime.serve.scheduler_process import SchedulerProcess
 
 
 def update(rid: str, token: int, done: int, finished: bool = False, **extra) -> TokenUpdate:
@@ -44,4 +44,4 @@ def test_held_tokens_go_with_the_end():
 
 def test_stream_interval_must_be_positive():
     with pytest.raises(ValueError, match="stream_interval"):
-        EngineConfig(stream_interval=0)
+        ServerConfig(stream_interval=0)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import torch
 
-from radixlm.runtime.layers import HeadShard, TPInfo, split_range
+from radixlm.runtime.model.layers import HeadShard, TPInfo, split_range
 
 from .conftest import exits_within
 
@@ -41,7 +41,7 @@ def test_head_shards_keep_query_groups_with_their_kv_head():
 
 @pytest.mark.slow
 def test_each_rank_holds_about_half_the_weights(smol_files):
-    from radixlm.runtime.weights import load_model
+    from radixlm.runtime.model.loader import load_model
 
     full = load_model(smol_files, torch.float32, progress=False)
     ranks = [load_model(smol_files, torch.float32, TPInfo(r, 2), progress=False) for r in range(2)]

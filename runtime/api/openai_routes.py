@@ -1,0 +1,234 @@
+"""/v1/chat/completions, /v1/completions and /v1/models in OpenAI's shapes, streaming included."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+from radixlm.constrained.spec import spec_from_response_format
+from radixlm.runtime.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingExtras
+from radixlm.runtime.api.serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
+from radixlm.runtime.api.tools import (
+    call_schema,
+    chosen_functions,
+    parse_tool_call,
+    tool_functions,
+    tools_system_prompt,
+)
+from radixlm.runtime.messages import LogprobOptions
+
+
+def add_routes(app: FastAPI, serving: Serving) -> None:
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatCompletionRequest, request: Request):
+        return await chat_completions(serving, req, request)
+
+    @app.post("/v1/completions")
+    async def text_completions(req: CompletionRequest, request: Request):
+        return await completions(serving, req, request)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": serving.model_name, "object": "model", "created": now(),
+                                            "owned_by": "radixlm", "max_model_len": serving.max_context}]}
+
+
+def check_model(serving: Serving, name: str | None) -> str:
+    """Accept the served name, "default", or no name; anything else is OpenAI's 404."""
+    if name in (None, "", "default", serving.model_name):
+        return serving.model_name
+    raise ApiError(404, f"The model '{name}' does not exist (this server serves '{serving.model_name}')",
+                   param="model", code="model_not_found")
+
+
+def sampling_from(req: SamplingExtras, max_tokens: int | None) -> dict[str, Any]:
+    """The request's sampling dict (SamplingParams' names, constraint keys included); max_tokens None: until a
+    stop or the end of the context, as for every API."""
+    return {
+        "max_new_tokens": max_tokens, "temperature": req.temperature,
+        "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p, "repetition_penalty": req.repetition_penalty,
+        "frequency_penalty": req.frequency_penalty, "presence_penalty": req.presence_penalty,
+        "stop": [req.stop] if isinstance(req.stop, str) else (req.stop or []),
+        "stop_token_ids": req.stop_token_ids or [], "ignore_eos": req.ignore_eos, "min_new_tokens": req.min_tokens,
+        "skip_special_tokens": req.skip_special_tokens, "logit_bias": req.logit_bias or None, "n": req.n,
+        "seed": req.seed,
+        "regex": req.regex, "ebnf": req.ebnf, "json_schema": req.json_schema,
+    }
+
+
+def chat_prompt(serving: Serving, req: ChatCompletionRequest, functions: dict[str, dict]) -> list[int]:
+    if len(req.messages) > serving.cfg.max_messages:
+        raise ApiError(400, f"at most {serving.cfg.max_messages} messages, got {len(req.messages)}", param="messages")
+    messages = []
+    if functions and req.tool_choice != "none":
+        messages.append({"role": "system", "content": tools_system_prompt(functions)})
+    for i, m in enumerate(req.messages):
+        content = m.content
+        if isinstance(content, list):
+            if any(part.get("type") != "text" for part in content):
+                raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
+            content = "".join(str(part.get("text", "")) for part in content)
+        if m.tool_calls:  # an earlier call, shown to the model the way it is asked to write calls
+            fn = (m.tool_calls[0] or {}).get("function", {})
+            content = json.dumps({"name": fn.get("name"), "arguments": json.loads(fn.get("arguments") or "{}")})
+        messages.append({"role": m.role, "content": content or ""})
+    tok = serving.tm.tokenizer
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def token_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
+    tok = serving.tm.tokenizer
+    content = []
+    for k, (lp, tid) in enumerate(c.logprobs):
+        s = tok.decode([tid])
+        tops = c.top_logprobs[k] if k < len(c.top_logprobs) else []
+        content.append({"token": s, "logprob": lp, "bytes": list(s.encode()),
+                        "top_logprobs": [{"token": tok.decode([t]), "logprob": v, "bytes": list(tok.decode([t]).encode())}
+                                         for t, v in (tops or [])]})
+    return {"content": content}
+
+
+async def chat_completions(serving: Serving, req: ChatCompletionRequest, request: Request):
+    model = check_model(serving, req.model)
+    functions = tool_functions(req.tools)
+    forced = chosen_functions(functions, req.tool_choice)
+    try:
+        spec = call_schema(forced) if forced else spec_from_response_format(
+            req.response_format.model_dump() if req.response_format else None)
+    except ValueError as e:
+        raise ApiError(400, str(e), param="tools" if forced else "response_format") from e
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    sampling = sampling_from(req, max_tokens)
+    top = req.top_logprobs or 0
+    if top and not req.logprobs:
+        raise ApiError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+    groups = serving.make_reqs([chat_prompt(serving, req, functions)], sampling,
+                               logprob=LogprobOptions(req.logprobs, -1, top), priority=req.priority, rid=req.rid,
+                               spec=spec)
+    rid = f"chatcmpl-{groups[0][0].rid}"
+    tools = functions if req.tool_choice != "none" else {}
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        events = await serving.start_stream([r for g in groups for r in g], request.is_disconnected)
+        return StreamingResponse(chat_stream(serving, groups, events, rid, model, include_usage, req.logprobs, tools),
+                                 media_type="text/event-stream")
+    choices = await serving.run(groups, request.is_disconnected)
+    return {"id": rid, "object": "chat.completion", "created": now(), "model": model,
+            "choices": [chat_choice(serving, c, tools, f"call_{rid}_{c.index}", req.logprobs) for c in choices],
+            "usage": usage(groups, choices)}
+
+
+def chat_choice(serving: Serving, c: Choice, tools: dict, call_id: str, logprobs: bool) -> dict[str, Any]:
+    text = "".join(c.text)
+    calls = parse_tool_call(text, tools, call_id) if tools else None
+    message = {"role": "assistant", "content": None if calls else text}
+    if calls:
+        message["tool_calls"] = calls
+    return {"index": c.index, "message": message, "logprobs": token_logprobs(serving, c) if logprobs else None,
+            "finish_reason": "tool_calls" if calls else finish_reason(c.last)}
+
+
+async def chat_stream(serving, groups, events, rid, model, include_usage, logprobs, tools) -> AsyncIterator[str]:
+    reqs = [r for g in groups for r in g]
+    choices = [Choice(i) for i in range(len(reqs))]
+    base = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model}
+    for c in choices:
+        yield sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
+                                        "logprobs": None, "finish_reason": None}]})
+    try:
+        async for i, u in events:
+            c = choices[i]
+            c.add(u)
+            if tools:  # a tool call is sent whole, once its JSON is complete
+                if u.finished:
+                    yield sse({**base, "choices": [tool_delta(chat_choice(serving, c, tools, f"call_{rid}_{i}", False))]})
+                continue
+            if not (u.text or u.finished):
+                continue
+            lp = None
+            if logprobs and u.output_logprobs:
+                tmp = Choice(i, logprobs=u.output_logprobs, top_logprobs=u.output_top_logprobs or [])
+                lp = token_logprobs(serving, tmp)
+            yield sse({**base, "choices": [{"index": i, "delta": {"content": u.text} if u.text else {},
+                                            "logprobs": lp, "finish_reason": finish_reason(u)}]})
+    except ApiError as e:
+        yield sse(e.body())
+    if include_usage:
+        yield sse({**base, "choices": [], "usage": usage(groups, choices)})
+    yield "data: [DONE]\n\n"
+
+
+def tool_delta(choice: dict[str, Any]) -> dict[str, Any]:
+    msg = choice["message"]
+    delta: dict[str, Any] = {"content": msg["content"]} if msg["content"] else {}
+    if msg.get("tool_calls"):
+        delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(msg["tool_calls"])]
+    return {"index": choice["index"], "delta": delta, "logprobs": None, "finish_reason": choice["finish_reason"]}
+
+
+def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
+    tok = serving.tm.tokenizer
+    if isinstance(prompt, str):
+        return [tok(prompt, add_special_tokens=False)["input_ids"]]
+    if prompt and all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    if not prompt:
+        raise ApiError(400, "prompt must not be empty", param="prompt")
+    return [tok(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p) for p in prompt]
+
+
+async def completions(serving: Serving, req: CompletionRequest, request: Request):
+    model = check_model(serving, req.model)
+    if req.echo:
+        raise ApiError(400, "echo is not supported", param="echo")
+    sampling = sampling_from(req, req.max_tokens)
+    top = req.logprobs or 0
+    groups = serving.make_reqs(completion_prompts(serving, req.prompt), sampling,
+                               logprob=LogprobOptions(req.logprobs is not None, -1, top), priority=req.priority,
+                               rid=req.rid)
+    rid = f"cmpl-{groups[0][0].rid}"
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        events = await serving.start_stream([r for g in groups for r in g], request.is_disconnected)
+        return StreamingResponse(completion_stream(serving, groups, events, rid, model, include_usage),
+                                 media_type="text/event-stream")
+    choices = await serving.run(groups, request.is_disconnected)
+    return {"id": rid, "object": "text_completion", "created": now(), "model": model,
+            "choices": [{"index": c.index, "text": "".join(c.text), "finish_reason": finish_reason(c.last),
+                         "logprobs": completion_logprobs(serving, c) if req.logprobs is not None else None}
+                        for c in choices],
+            "usage": usage(groups, choices)}
+
+
+def completion_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
+    tok = serving.tm.tokenizer
+    tokens = [tok.decode([t]) for _, t in c.logprobs]
+    offsets, pos = [], 0
+    for s in tokens:
+        offsets.append(pos)
+        pos += len(s)
+    tops = [{tok.decode([t]): v for t, v in (top or [])} for top in c.top_logprobs] or None
+    return {"tokens": tokens, "token_logprobs": [lp for lp, _ in c.logprobs], "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+async def completion_stream(serving, groups, events, rid, model, include_usage) -> AsyncIterator[str]:
+    reqs = [r for g in groups for r in g]
+    choices = [Choice(i) for i in range(len(reqs))]
+    base = {"id": rid, "object": "text_completion", "created": now(), "model": model}
+    try:
+        async for i, u in events:
+            choices[i].add(u)
+            if u.text or u.finished:
+                yield sse({**base, "choices": [{"index": i, "text": u.text, "logprobs": None,
+                                                "finish_reason": finish_reason(u)}]})
+    except ApiError as e:
+        yield sse(e.body())
+    if include_usage:
+        yield sse({**base, "choices": [], "usage": usage(groups, choices)})
+    yield "data: [DONE]\n\n"

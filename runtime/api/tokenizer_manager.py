@@ -1,0 +1,173 @@
+"""In the API process: tokenization, per-request state, streaming back from the detokenizer, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+
+from radixlm.runtime.api.metrics import Metrics
+from radixlm.runtime.ipc import IpcPaths, pull, push
+from radixlm.runtime.messages import (
+    AbortReq,
+    FlushCacheReq,
+    FlushCacheResp,
+    GenerateReq,
+    ReqError,
+    SchedulerStats,
+    TextBatch,
+    TextUpdate,
+    ToApi,
+    decoder,
+    encode,
+)
+
+log = logging.getLogger("radixlm.api")
+DISCONNECT_POLL_S = 0.25
+
+
+class RequestFailed(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class ReqState:
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    created: float = field(default_factory=time.monotonic)
+    last_token: float | None = None
+    finished: bool = False
+
+
+class TokenizerManager:
+    def __init__(self, tokenizer, paths: IpcPaths, metrics: Metrics) -> None:
+        self.tokenizer = tokenizer
+        self.ctx = zmq.asyncio.Context()
+        self.to_sched = push(self.ctx, paths.to_scheduler)
+        self.recv = pull(self.ctx, paths.to_api)
+        self.metrics = metrics
+        self.states: dict[str, ReqState] = {}
+        self.stats: SchedulerStats | None = None
+        self.dead: str | None = None  # why the server cannot serve any more
+        self._flush_waiters: list[asyncio.Future] = []
+        self._ids = itertools.count()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._recv_loop())
+
+    def new_rid(self) -> str:
+        return f"{uuid.uuid4().hex[:12]}{next(self._ids)}"
+
+    # ------------------------------------------------------------ requests
+    def submit(self, req: GenerateReq) -> None:
+        if self.dead:
+            raise RequestFailed(503, self.dead)
+        if req.rid in self.states:
+            raise RequestFailed(400, f"rid {req.rid!r} is already in use")
+        self.states[req.rid] = ReqState()
+        self.to_sched.send(encode(req))
+
+    async def updates(self, rid: str, is_disconnected=None) -> AsyncIterator[TextUpdate]:
+        """Yield ``rid``'s updates until it finishes. Leaving early, or the client going away
+        (``is_disconnected`` is polled while waiting), aborts it so the scheduler frees its KV."""
+        state = self.states[rid]
+        try:
+            while True:
+                try:  # asyncio.timeout, not wait_for: no task per token (this runs for every streamed token)
+                    async with asyncio.timeout(DISCONNECT_POLL_S if is_disconnected else None):
+                        item = await state.queue.get()
+                except TimeoutError:
+                    if await is_disconnected():
+                        return
+                    continue
+                if isinstance(item, ReqError):
+                    raise RequestFailed(item.status, item.message)
+                yield item
+                if item.finished:
+                    return
+        finally:
+            if not state.finished:
+                self.abort(rid)
+            self.states.pop(rid, None)
+
+    def abort(self, rid: str) -> None:
+        if rid in self.states:
+            self.states[rid].finished = True
+        self.to_sched.send(encode(AbortReq(rid)))
+
+    async def flush_cache(self) -> FlushCacheResp:
+        fut = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append(fut)
+        self.to_sched.send(encode(FlushCacheReq()))
+        return await asyncio.wait_for(fut, timeout=30)
+
+    def fail_all(self, message: str) -> None:
+        self.dead = message
+        for state in self.states.values():
+            state.queue.put_nowait(ReqError("", message, 503))
+
+    # ------------------------------------------------------------ receive loop
+    async def _recv_loop(self) -> None:
+        dec = decoder(ToApi)
+        while True:
+            msg = dec.decode(await self.recv.recv())
+            if isinstance(msg, TextBatch):
+                for u in msg.updates:
+                    self._on_update(u)
+            elif isinstance(msg, ReqError):
+                state = self.states.get(msg.rid)
+                if state:
+                    state.queue.put_nowait(msg)
+            elif isinstance(msg, SchedulerStats):
+                self._on_stats(msg)
+            elif isinstance(msg, FlushCacheResp):
+                for fut in self._flush_waiters:
+                    if not fut.done():
+                        fut.set_result(msg)
+                self._flush_waiters.clear()
+
+    def _on_update(self, u: TextUpdate) -> None:
+        state = self.states.get(u.rid)
+        now, m = time.monotonic(), self.metrics
+        if state is not None:
+            if u.new_ids:
+                if state.last_token is None:
+                    m.ttft.observe(now - state.created)
+                else:
+                    m.itl.observe(now - state.last_token)
+                state.last_token = now
+            if u.finished:
+                state.finished = True
+                m.e2e.observe(now - state.created)
+            state.queue.put_nowait(u)
+        m.generation_tokens.inc(len(u.new_ids))
+        if u.queue_time is not None:
+            m.queue_time.observe(u.queue_time)
+        if u.finished:
+            m.requests.inc()
+            m.prompt_tokens.inc(u.prompt_tokens)
+            m.cached_tokens.inc(u.cached_tokens)
+            if (u.finish_reason or {}).get("type") == "abort":
+                m.aborted.inc()
+
+    def _on_stats(self, s: SchedulerStats) -> None:
+        self.stats = s
+        m = self.metrics
+        m.running.set(s.running)
+        m.queued.set(s.queued)
+        m.token_usage.set(s.kv_used / max(s.kv_total, 1))
+        m.cache_hit_rate.set(s.cache_hit_rate)
+        m.spec_accept_rate.set(s.spec_accept_rate)
+        m.spec_accept_length.set(s.spec_accept_length)
+        if s.leak:
+            log.error("scheduler reports: %s", s.leak)

@@ -1,0 +1,61 @@
+"""OpenAI tools: a system prompt that lists them, a JSON-schema constraint for tool_choice required or
+named (so the arguments always validate), and parsing the output back into tool_calls."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from radixlm.constrained.spec import ConstraintSpec
+from radixlm.runtime.api.serving import ApiError
+
+
+def tool_functions(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    out = {}
+    for i, tool in enumerate(tools or []):
+        fn = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ApiError(400, f"tools[{i}] must be {{'type': 'function', 'function': {{'name', ...}}}}",
+                           param="tools")
+        out[fn["name"]] = fn
+    return out
+
+
+def chosen_functions(functions: dict[str, dict], tool_choice: Any) -> dict[str, dict] | None:
+    """Functions the output must call (None: free text allowed)."""
+    if not functions or tool_choice in (None, "auto", "none"):
+        return None
+    if tool_choice == "required":
+        return functions
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        name = (tool_choice.get("function") or {}).get("name")
+        if name not in functions:
+            raise ApiError(400, f"tool_choice names an unknown function {name!r}", param="tool_choice")
+        return {name: functions[name]}
+    raise ApiError(400, "tool_choice must be 'none', 'auto', 'required' or a named function", param="tool_choice")
+
+
+def call_schema(functions: dict[str, dict]) -> ConstraintSpec:
+    branches = [{"type": "object", "properties": {"name": {"const": name},
+                                                  "arguments": fn.get("parameters") or {"type": "object"}},
+                 "required": ["name", "arguments"]} for name, fn in functions.items()]
+    return ConstraintSpec.json_schema(branches[0] if len(branches) == 1 else {"anyOf": branches})
+
+
+def tools_system_prompt(functions: dict[str, dict]) -> str:
+    listing = "\n".join(json.dumps({"name": n, "description": f.get("description", ""),
+                                    "parameters": f.get("parameters", {})}) for n, f in functions.items())
+    return ("You can call these functions:\n" + listing + "\nTo call one, answer with only a JSON object "
+            '{"name": <function name>, "arguments": <arguments object>}.')
+
+
+def parse_tool_call(text: str, functions: dict[str, dict], call_id: str) -> list[dict[str, Any]] | None:
+    """The output as OpenAI tool_calls, or None if it is not a call of a known function."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or obj.get("name") not in functions or not isinstance(obj.get("arguments"), dict):
+        return None
+    return [{"id": call_id, "type": "function",
+             "function": {"name": obj["name"], "arguments": json.dumps(obj["arguments"])}}]

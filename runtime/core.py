@@ -1,0 +1,124 @@
+"""EngineCore: the one object that builds the model runner, KV cache, radix tree and scheduler from a config.
+
+Both fronts are thin layers on it: the offline ``Engine`` (engine.py) and the server's scheduler process
+(serve/scheduler_process.py). A request enters as a typed ``GenerateReq`` (request_builder.py) and becomes the
+scheduler's ``Req`` here, so the Engine and the server run the very same request the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixlm.constrained import GrammarCache, make_backend
+from radixlm.radix_cache import RadixCache
+from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.kv.cache_manager import KVCacheManager
+from radixlm.runtime.messages import GenerateReq
+from radixlm.runtime.model.distributed import PlanBroadcaster
+from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.model.loader import load_for
+from radixlm.runtime.model.runner import ModelRunner
+from radixlm.runtime.request import Req
+from radixlm.runtime.request_builder import RequestLimits, build_requests
+from radixlm.runtime.scheduler import Scheduler, StepOutput
+
+
+class EngineCore:
+    """``EngineCore(cfg)`` loads ``cfg.load.model``; ``EngineCore(cfg, model, tokenizer)`` wraps a built model
+    (tests use a tiny random one; the tokenizer is optional). ``tp_group``: rank 0 of a tensor-parallel group."""
+
+    def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM | None = None, tokenizer=None, *,
+                 tp_group=None, progress: bool = True) -> None:
+        if cfg.parallel.tp_size > 1 and tp_group is None:
+            raise ValueError("tp_size > 1 runs in the server (radixlm serve --tp-size N), not in-process")
+        if model is None:
+            files, model, dtype = load_for(cfg, progress=progress)
+            tokenizer = files.load_tokenizer()
+        else:
+            dtype = next(model.parameters()).dtype
+        self.config, self.model, self.tokenizer, self.dtype = cfg, model, tokenizer, dtype
+        self.runner = ModelRunner(model, cfg, dtype)
+        if tp_group is not None:  # every forward is broadcast to the other ranks first
+            self.runner.plan_sink = PlanBroadcaster(self.runner.req_to_token.table, tp_group)
+        tree = None if cfg.cache.disable_radix_cache else RadixCache(cfg.cache.page_size, cfg.cache.eviction_policy)
+        self.cache = KVCacheManager(self.runner.allocator, self.runner.req_to_token, tree)
+        self.eos_ids = model.cfg.eos_token_ids
+        if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in self.eos_ids:
+            self.eos_ids = (*self.eos_ids, tokenizer.eos_token_id)
+        self._grammars: GrammarCache | None = None
+        encode = self.encode if tokenizer is not None else None
+        self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.max_context, self.decode, encode,
+                                   self.grammar_cache if tokenizer is not None else None,
+                                   native_sampling=self.runner.native_ops)
+        self._seed_rng = torch.Generator().manual_seed(cfg.decoding.random_seed)
+
+    @property
+    def max_context(self) -> int:
+        return self.runner.max_context
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.cfg.vocab_size
+
+    # ------------------------------------------------------------ text
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""
+
+    def grammar_cache(self) -> GrammarCache:
+        if self._grammars is None:
+            backend = make_backend(self.config.decoding.grammar_backend, self.tokenizer, self.vocab_size,
+                                   list(self.eos_ids))
+            self._grammars = GrammarCache(backend)
+        return self._grammars
+
+    # ------------------------------------------------------------ requests
+    def build(self, prompts: list[list[int]], params: list, rid: str, **options) -> list[list[GenerateReq]]:
+        """request_builder.build_requests with this model's context and vocabulary."""
+        options.setdefault("limits", RequestLimits())
+        return build_requests(prompts, params, rid, max_context=self.max_context, vocab_size=self.vocab_size,
+                              **options)
+
+    def make_req(self, msg: GenerateReq) -> Req:
+        """The scheduler's state for one request; a request without a seed draws one from the engine's RNG."""
+        if msg.params.stop and self.tokenizer is None:
+            raise ValueError("sampling_params.stop needs a tokenizer")
+        req = Req(msg.rid, msg.input_ids, msg.params, msg.logprob, self.eos_ids, msg.priority)
+        seed = msg.params.seed
+        req.generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, (1,), generator=self._seed_rng)))
+        req.spec = msg.constraint
+        return req
+
+    def submit(self, msg: GenerateReq) -> Req:
+        """Queue one request (ValueError if the scheduler cannot take it: too long for the pool, queue full)."""
+        req = self.make_req(msg)
+        self.scheduler.add(req)
+        return req
+
+    def step(self) -> list[StepOutput]:
+        return self.scheduler.step()
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def abort(self, rid: str) -> None:
+        self.scheduler.abort(rid)
+
+    # ------------------------------------------------------------ admin
+    def flush_cache(self) -> None:
+        if self.scheduler.has_work():
+            raise ValueError("flush_cache: requests are queued or running")
+        if self.cache.tree is not None:
+            self.cache.alloc.free_slots(self.cache.tree.evict(self.cache.tree.total_size()))
+            self.cache.tree.reset()
+
+    def check_invariants(self) -> None:
+        self.scheduler.check_invariants()
+
+    def close(self) -> None:
+        """Drop queued requests; on rank 0 of a TP group, let the other ranks exit."""
+        self.scheduler.waiting.clear()
+        if self.runner.plan_sink is not None:
+            self.runner.plan_sink.close()

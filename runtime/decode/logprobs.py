@@ -1,0 +1,40 @@
+"""Prompt logprobs: which positions of an extend step need logits, and recording them on the request."""
+
+from __future__ import annotations
+
+import torch
+
+from radixlm.runtime.request import Req
+
+
+def logit_positions(req: Req, start: int, n: int) -> list[int]:
+    """Absolute positions of positions [start, start + n) whose logits the request needs: its prompt
+    logprobs (from logprob_start_len on), and the last position once its whole prompt is in (sampling)."""
+    end = start + n
+    lp = req.logprob
+    positions = []
+    if lp.return_logprob and lp.logprob_start_len >= 0 and not req.output_ids:
+        first = max(start, lp.logprob_start_len - 1, 0)
+        positions = list(range(first, min(end, len(req.origin_input_ids) - 1)))
+    if end == len(req.fill_ids):
+        positions.append(end - 1)
+    return positions
+
+
+def record_prompt_logprobs(req: Req, positions: list[int], logits: torch.Tensor) -> None:
+    """logits [len(positions), V] for ``positions``: the logprob of each next prompt token (and the top-k)."""
+    n = len(positions) - (1 if positions and positions[-1] == len(req.fill_ids) - 1 else 0)
+    if n <= 0:
+        return
+    lp = torch.log_softmax(logits[:n], dim=-1)
+    targets = torch.tensor([req.origin_input_ids[p + 1] for p in positions[:n]])
+    chosen = lp.gather(1, targets.unsqueeze(1)).squeeze(1).tolist()
+    if positions[0] == 0:
+        req.input_token_logprobs.append((None, req.origin_input_ids[0]))
+        req.input_top_logprobs.append(None)
+    req.input_token_logprobs.extend(zip(chosen, targets.tolist(), strict=True))
+    k = req.logprob.top_logprobs_num
+    if k > 0:
+        vals, ids = lp.topk(k, dim=-1)
+        req.input_top_logprobs.extend(list(zip(i, v, strict=True)) for i, v in
+                                      zip(ids.tolist(), vals.tolist(), strict=True))

@@ -1,0 +1,158 @@
+"""One Llama-family decoder: Llama, Mistral, Qwen2 (qkv bias) and SmolLM (Llama with tied embeddings).
+
+Shapes: T tokens in the flattened batch, H hidden size, Hq/Hkv local query/KV heads, D head dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixlm.kernels import cpu_norm_act
+from radixlm.runtime.config import ModelConfig
+from radixlm.runtime.model.layers import (
+    ColumnParallelLinear,
+    HeadShard,
+    RMSNorm,
+    RowParallelLinear,
+    TPInfo,
+    VocabParallelEmbedding,
+    native_cpu_ok,
+    split_range,
+)
+from radixlm.runtime.model.rotary import RopeAt, RotaryEmbedding
+
+# attend(q [T, Hq, D], k [T, Hkv, D], v, layer) -> [T, Hq D]: stores k, v in the KV pool, then attends
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+# HF weight name fragment -> (our module fragment, shard index within a stacked weight)
+_STACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+            "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPInfo) -> None:
+        super().__init__()
+        self.layer_id = layer_id
+        self.head_dim = d = cfg.head_dim
+        heads = HeadShard.of(cfg.num_heads, cfg.num_kv_heads, tp)
+        self.num_heads, self.num_kv_heads = heads.q_count, heads.kv_count
+        q_part, kv_part = (heads.q_start * d, heads.q_count * d), (heads.kv_start * d, heads.kv_count * d)
+        self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, [q_part, kv_part, kv_part], cfg.qkv_bias)
+        self.o_proj = RowParallelLinear(q_part, cfg.hidden_size, tp)
+
+    def forward(self, x: torch.Tensor, rope: RopeAt, attend: Attend) -> torch.Tensor:
+        qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        q, k = rope(q, k)
+        out = attend(q, k, v, self.layer_id)  # [T, Hq D]
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    native_cpu = False  # radixlm's C++ silu(gate) * up on the eager CPU path (ModelRunner turns it on)
+
+    def __init__(self, cfg: ModelConfig, tp: TPInfo) -> None:
+        super().__init__()
+        self.gate_up_proj = ColumnParallelLinear.even(cfg.hidden_size, [cfg.intermediate_size] * 2, False, tp)
+        self.down_proj = RowParallelLinear(split_range(cfg.intermediate_size, tp.rank, tp.size), cfg.hidden_size, tp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = self.gate_up_proj(x)
+        if native_cpu_ok(gate_up, self.native_cpu) and gate_up.shape[-1] % 32 == 0:
+            return self.down_proj(cpu_norm_act.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPInfo) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg, layer_id, tp)
+        self.mlp = MLP(cfg, tp)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, residual, rope: RopeAt, attend: Attend):
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(x, rope, attend)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig, tp: TPInfo | None = None) -> None:
+        super().__init__()
+        tp = tp or TPInfo()
+        if tp.size > cfg.num_heads:
+            raise ValueError(f"tp_size {tp.size} exceeds the number of attention heads ({cfg.num_heads})")
+        HeadShard.of(cfg.num_heads, cfg.num_kv_heads, tp)  # raises on a split that cannot keep groups local
+        self.cfg, self.tp = cfg, tp
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = self.embed_tokens if cfg.tie_word_embeddings else VocabParallelEmbedding(
+            cfg.vocab_size, cfg.hidden_size, tp)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
+
+    @torch.inference_mode()
+    def forward(self, batch) -> torch.Tensor:
+        """batch.input_ids [T], batch.positions [T] -> logits [R, vocab] float32 for rows batch.logit_rows [R]."""
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+            return batch.attn_backend.forward(q, k, v, layer, batch)
+
+        return self.compute(batch.input_ids, batch.positions, attend, batch.logit_rows, batch.num_layers)
+
+    def compute(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Attend,
+                logit_rows: torch.Tensor | None = None, num_layers: int | None = None) -> torch.Tensor:
+        """input_ids, positions [T] -> logits [R, vocab] float32 for rows ``logit_rows`` [R] (None: all T).
+        ``attend(q, k, v, layer)`` stores the new K/V and attends; the compiled CPU decode step traces this."""
+        x, residual = self.embed_tokens(input_ids), None
+        rope = self.rotary.at(positions, x.dtype)
+        for layer in self.layers[:num_layers]:
+            x, residual = layer(x, residual, rope, attend)
+        if logit_rows is not None:
+            x, residual = x[logit_rows], residual[logit_rows]
+        x, _ = self.norm(x, residual)
+        return self.lm_head.logits(x)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy HF-named tensors into this rank's shards; returns the parameter names that were loaded."""
+        params = dict(self.named_modules())
+        loaded: set[str] = set()
+        for name, w in weights:
+            if "rotary_emb" in name:
+                continue
+            name = name.removeprefix("model.")
+            module_name, _, kind = name.rpartition(".")
+            shard = 0
+            for hf, (ours, idx) in _STACKED.items():
+                if f".{hf}" in module_name:
+                    module_name, shard = module_name.replace(hf, ours), idx
+                    break
+            if module_name == "lm_head" and self.cfg.tie_word_embeddings:
+                continue
+            module = params.get(module_name)
+            if module is None or not hasattr(module, "load") and not isinstance(module, RMSNorm):
+                raise ValueError(f"model: unexpected weight {name!r}")
+            if isinstance(module, RMSNorm):
+                module.weight.data.copy_(w)
+            else:
+                module.load(shard, kind, w)
+            loaded.add(f"{module_name}.{kind}#{shard}")
+        return loaded
+
+    def expected_weights(self) -> int:
+        """How many HF tensors a complete checkpoint has (q, k, v, o, gate, up, down, 2 norms per layer)."""
+        per_layer = 9 + (3 if self.cfg.qkv_bias else 0)
+        return self.cfg.num_layers * per_layer + 2 + (0 if self.cfg.tie_word_embeddings else 1)

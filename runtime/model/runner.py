@@ -1,0 +1,74 @@
+"""Owns the model, the KV pool and the attention backend; turns a ForwardBatch into logits."""
+
+from __future__ import annotations
+
+import torch
+
+from radixlm.kernels import cpu_ext
+from radixlm.runtime.batch import ForwardBatch
+from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.kv.pool import KVPool, PageAllocator, ReqToTokenPool
+from radixlm.runtime.model.attention import make_backend, resolve_backend
+from radixlm.runtime.model.attention.cpu_decode import native_fits
+from radixlm.runtime.model.layers import HeadShard
+from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.model.quantization import quantize_model
+
+
+class ModelRunner:
+    """``plan_sink`` (set by the engine on rank 0 of a TP group) broadcasts each batch to the other ranks."""
+
+    def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
+        quantize_model(model, config.load.quantization, keep_dense=not config.load.quantized_prefill,
+                       kernels=config.execution.cpu_kernels)
+        self.model, self.plan_sink = model, None
+        cfg = model.cfg
+        self.max_context = min(config.load.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        kv_heads = model.layers[0].self_attn.num_kv_heads if cfg.num_layers else cfg.num_kv_heads
+        page = config.cache.page_size
+        tokens = config.cache.max_total_tokens
+        if tokens is None:  # the same on every TP rank: sized by the rank with the most KV heads
+            widest = HeadShard.max_kv_heads(cfg.num_heads, cfg.num_kv_heads, model.tp.size)
+            tokens = int(config.cache.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, widest))
+        num_pages = tokens // page + 1  # + the reserved page 0
+        self.device = next(model.parameters()).device
+        self.backend_name = resolve_backend(config.execution.attention_backend, self.device)
+        self.allocator = PageAllocator(num_pages, page)
+        self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads, self.device,
+                           head_major=self.backend_name != "flashinfer")
+        self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page, self.device)
+        num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
+        # radixlm's C++ CPU kernels: the token bitmask for grammar-constrained rows (sampler.apply_grammars), the
+        # RMSNorm and silu * up on the eager path (prefill), and the decode / extend attention where they fit
+        self.native_ops = self.device.type == "cpu" and config.execution.cpu_kernels == "auto" and cpu_ext.available()
+        native = self.native_ops and self.backend_name == "torch" and native_fits(self.pool, num_q_heads, cfg.head_dim)
+        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
+        for module in model.modules():
+            if hasattr(module, "native_cpu"):
+                module.native_cpu = self.native_ops
+        self.graphs = self.compiled = None
+        if self.device.type == "cpu" and config.execution.enable_torch_compile:
+            from radixlm.runtime.model.cpu_graph import CompiledDecode
+
+            self.compiled = CompiledDecode(model, self.pool, min(config.execution.torch_compile_max_bs,
+                                                                 config.scheduler.max_running_requests), native)
+        if self.device.type == "cuda" and self.backend_name == "triton" and not config.execution.disable_cuda_graph:
+            from radixlm.runtime.model.cuda_graph import DecodeGraphs
+
+            self.graphs = DecodeGraphs(model, self.backend, self.req_to_token.dummy_row,
+                                       min(config.execution.cuda_graph_max_bs, config.scheduler.max_running_requests))
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """-> logits [len(batch.logit_rows), vocab] float32."""
+        if self.plan_sink is not None:
+            self.plan_sink.send(batch)
+        if self.device.type != "cpu":
+            batch = batch.to(self.device)
+            if self.graphs is not None and self.graphs.can_run(batch):
+                return self.graphs.run(batch)
+        batch.attn_backend = self.backend
+        self.backend.prepare(batch)
+        if self.compiled is not None and self.compiled.can_run(batch):
+            return self.compiled.run(batch)
+        return self.model(batch)

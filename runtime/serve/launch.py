@@ -1,0 +1,210 @@
+"""Start the scheduler and detokenizer processes, wait for their handshake, serve HTTP, clean up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import time
+
+import uvicorn
+import zmq
+
+from radixlm.runtime.api.app import create_app
+from radixlm.runtime.api.metrics import Metrics
+from radixlm.runtime.api.serving import Serving
+from radixlm.runtime.api.tokenizer_manager import TokenizerManager
+from radixlm.runtime.config import EngineConfig, ServerConfig
+from radixlm.runtime.ipc import IpcPaths, pull, push
+from radixlm.runtime.messages import Ready, Shutdown, decoder, encode
+from radixlm.runtime.model.loader import open_model
+from radixlm.runtime.serve.detokenizer_process import run_detokenizer
+from radixlm.runtime.serve.scheduler_process import run_scheduler
+from radixlm.runtime.serve.tp_worker import run_tp_worker, tp_process_name
+
+log = logging.getLogger("radixlm")
+CHILD_CHECK_S = 0.2
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
+    """Run the server until SIGINT/SIGTERM or a child's death; returns the process exit code."""
+    logging.basicConfig(level=server_cfg.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if engine_cfg.parallel.node_rank > 0:
+        return run_tp_node(engine_cfg, server_cfg.log_level)
+    paths = IpcPaths.create()
+    ctx = zmq.Context()
+    procs: list[multiprocessing.Process] = []
+    try:
+        ready = pull(ctx, paths.ready)
+        procs = _spawn(engine_cfg, server_cfg, paths)
+        files = open_model(engine_cfg.load.model)
+        tokenizer = files.load_tokenizer()
+        if server_cfg.chat_template:
+            with open(server_cfg.chat_template) as f:
+                tokenizer.chat_template = f.read()
+        info = _wait_ready(ready, procs, server_cfg.startup_timeout_s, _handshakes(engine_cfg))
+        name = server_cfg.served_model_name or os.path.basename(files.path if hasattr(files, "path") else files.folder)
+        return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name))
+    except (StartupError, ValueError, OSError) as e:
+        log.error("startup failed: %s", e)
+        return 1
+    finally:
+        _stop(ctx, paths, procs)
+
+
+def _spawn(engine_cfg: EngineConfig, server_cfg: ServerConfig, paths: IpcPaths) -> list[multiprocessing.Process]:
+    mp = multiprocessing.get_context("spawn")
+    me, level = os.getpid(), server_cfg.log_level
+    tp_addr = engine_cfg.parallel.dist_init_addr or f"127.0.0.1:{free_port()}"
+    procs = [
+        mp.Process(target=run_scheduler, args=(engine_cfg, paths, me, level, tp_addr, server_cfg.stream_interval),
+                   name="radixlm-scheduler"),
+        mp.Process(target=run_detokenizer, args=(engine_cfg.load.model, paths, me, level),
+                   name="radixlm-detokenizer"),
+    ]
+    procs += [mp.Process(target=run_tp_worker, args=(engine_cfg, rank, tp_addr, paths, level),
+                         name=f"radixlm-{tp_process_name(rank)}") for rank in _local_ranks(engine_cfg)[1:]]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _local_ranks(engine_cfg: EngineConfig) -> list[int]:
+    """The TP ranks this machine runs: an equal share of tp_size per node, node 0 holding rank 0."""
+    parallel = engine_cfg.parallel
+    if parallel.tp_size % parallel.nnodes:
+        raise ValueError(f"tp_size {parallel.tp_size} must be a multiple of nnodes {parallel.nnodes}")
+    per = parallel.tp_size // parallel.nnodes
+    return list(range(parallel.node_rank * per, (parallel.node_rank + 1) * per))
+
+
+def _handshakes(engine_cfg: EngineConfig) -> set[str]:
+    return {"scheduler", "detokenizer", *(tp_process_name(r) for r in _local_ranks(engine_cfg)[1:])}
+
+
+def run_tp_node(engine_cfg: EngineConfig, log_level: str) -> int:
+    """A node other than 0 of a multi-node TP group: run its ranks until they exit (rank 0 serves HTTP)."""
+    mp = multiprocessing.get_context("spawn")
+    addr = engine_cfg.parallel.dist_init_addr
+    procs = [mp.Process(target=run_tp_worker, args=(engine_cfg, rank, addr, None, log_level),
+                        name=f"radixlm-{tp_process_name(rank)}") for rank in _local_ranks(engine_cfg)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return max(p.exitcode or 0 for p in procs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(sock: zmq.Socket, procs: list[multiprocessing.Process], timeout: float, pending: set[str]) -> dict:
+    dec, info = decoder(Ready), {}
+    deadline = time.monotonic() + timeout
+    while pending:
+        if time.monotonic() > deadline:
+            raise StartupError(f"{', '.join(sorted(pending))} not ready after {timeout:.0f} s")
+        if sock.poll(200):
+            msg = dec.decode(sock.recv())
+            if msg.error:
+                raise StartupError(f"{msg.process} process: {msg.error}")
+            pending.discard(msg.process)
+            for key, value in msg.info.items():  # dict values (per-rank pids) merge across processes
+                info[key] = {**info[key], **value} if isinstance(value, dict) and key in info else value
+            continue
+        for p in procs:
+            if not p.is_alive():
+                raise StartupError(f"{p.name} exited with code {p.exitcode} during startup")
+    return info
+
+
+async def _serve(engine_cfg, server_cfg, paths, procs, tokenizer, info: dict, name: str) -> int:
+    metrics = Metrics(name)
+    tm = TokenizerManager(tokenizer, paths, metrics)
+    serving = Serving(tm, server_cfg, info["max_context"], name)
+    server_info = {"model_path": engine_cfg.load.model or "default (SmolLM2-135M-Instruct)", **info, "api_pid": os.getpid(),
+                   "engine": engine_cfg.flat(),
+                   "server": {k: v for k, v in dataclasses.asdict(server_cfg).items() if k != "api_key"}}
+    server = http_server(create_app(serving, server_info), server_cfg.host, server_cfg.port, server_cfg.log_level)
+    stop_on_signals(server)
+    tm.start()
+    exit_code = 0
+
+    async def watch_children() -> None:
+        nonlocal exit_code
+        while not server.should_exit:
+            await asyncio.sleep(CHILD_CHECK_S)
+            dead = [p for p in procs if not p.is_alive()]
+            if dead:
+                msg = f"{dead[0].name} process died (exit code {dead[0].exitcode}); the server is shutting down"
+                log.error(msg)
+                tm.fail_all(msg)
+                exit_code = 1
+                await asyncio.sleep(1.0)  # let in-flight requests receive their 503
+                server.should_exit = True
+
+    async def announce() -> None:
+        while not server.started:
+            await asyncio.sleep(0.05)
+        log.info("radixlm ready: http://%s:%d (model %s)", server_cfg.host, server_cfg.port, name)
+
+    watcher, hello = asyncio.create_task(watch_children()), asyncio.create_task(announce())
+    await server.serve()
+    watcher.cancel()
+    hello.cancel()
+    return exit_code if server.started else 1
+
+
+def http_server(app, host: str, port: int, log_level: str) -> uvicorn.Server:
+    """A uvicorn server that leaves SIGINT/SIGTERM to us: uvicorn's handler re-raises the signal after
+    shutdown, which would kill this process before it stops its children (see ``stop_on_signals``)."""
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                           timeout_graceful_shutdown=5))
+    server.capture_signals = contextlib.nullcontext
+    return server
+
+
+def stop_on_signals(server: uvicorn.Server) -> None:
+    """Call inside the running event loop: SIGINT/SIGTERM ask the server to exit gracefully."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+
+
+async def serve_until_signal(server: uvicorn.Server) -> bool:
+    """Serve until SIGINT/SIGTERM; -> whether the server had started."""
+    stop_on_signals(server)
+    await server.serve()
+    return bool(server.started)
+
+
+def _stop(ctx: zmq.Context, paths: IpcPaths, procs: list[multiprocessing.Process]) -> None:
+    try:
+        for addr in (paths.to_scheduler, paths.to_detokenizer):
+            sock = push(ctx, addr)
+            sock.send(encode(Shutdown()), zmq.NOBLOCK)
+            sock.close()
+    except zmq.ZMQError:
+        pass
+    for p in procs:
+        p.join(timeout=3)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=2)
+        if p.is_alive():
+            p.kill()
+    ctx.destroy(linger=0)
+    shutil.rmtree(paths.folder, ignore_errors=True)
