@@ -1,5 +1,5 @@
-"""Decode attention straight from the paged KV pool on AVX512 CPUs (cpu_decode_attention.cpp) beside its
-torch reference.
+"""Decode and extend attention straight from the paged KV pool (cpu_decode_attention.cpp, every instruction
+set; ``isa`` is the kernel path) beside their torch references.
 
 q [B, Hq, D]; k, v one layer's head-major pool [Hkv, S, D]; idx [B, Ls] int64, request b's own slots in
 idx[b, :counts[b]]; prefix [P] int64, shared slots that the requests with member[b] attend to before their
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.kernels.cpu_ext import available, has_bf16
+from radixlm.kernels.cpu_ext import available
 
-__all__ = ["available", "decode_attention", "decode_attention_torch", "extend_attention", "extend_available"]
+__all__ = ["available", "decode_attention", "decode_attention_torch", "extend_attention", "extend_attention_torch"]
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, counts: torch.Tensor,
-                     prefix: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
-    return torch.ops.radixlm_cpu.decode_attention(q, k, v, idx, counts, prefix, member)
+                     prefix: torch.Tensor, member: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.decode_attention(q, k, v, idx, counts, prefix, member, isa)
 
 
 def decode_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
@@ -37,15 +37,11 @@ def decode_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, id
 
 
 def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor, seq_lens: torch.Tensor,
-                     ext_lens: torch.Tensor) -> torch.Tensor:
-    """Prefill / extend (bfloat16, CPUs with AVX512-BF16: ``extend_available()``): request r's ext_lens[r] new
-    tokens, rows of q [T, Hq, D] in request order, attend causally to its slots table[r, :seq_lens[r]] (the
-    cached prefix, then the new tokens, already stored) -> [T, Hq * D]."""
-    return torch.ops.radixlm_cpu.extend_attention(q, k, v, table, seq_lens, ext_lens)
-
-
-def extend_available() -> bool:
-    return available() and has_bf16()
+                     ext_lens: torch.Tensor, isa: int) -> torch.Tensor:
+    """Prefill / extend: request r's ext_lens[r] new tokens, rows of q [T, Hq, D] in request order, attend
+    causally to its slots table[r, :seq_lens[r]] (the cached prefix, then the new tokens, already stored)
+    -> [T, Hq * D]. A token's result equals the decode kernel's at its position, bit for bit."""
+    return torch.ops.radixlm_cpu.extend_attention(q, k, v, table, seq_lens, ext_lens, isa)
 
 
 def extend_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor,

@@ -1,54 +1,44 @@
 """Builds and loads radixlm's C++ CPU kernels (cpu_quant_matmul, cpu_decode_attention, cpu_token_bitmask,
-cpu_norm_act; shared code in cpu_simd.h) as the ``torch.ops.radixlm_cpu`` ops, so torch.compile calls them as
-opaque kernels.
+cpu_norm_act; their bodies in cpu_*_body.h, the vector layers in cpu_vec_*.h) as the ``torch.ops.radixlm_cpu``
+ops, so torch.compile calls them as opaque kernels.
 
-They are compiled on first use with torch's extension builder (about 30 s, then cached under
-``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions). ``available()`` is False on CPUs without
-AVX512-VNNI and where the build fails (no compiler): callers then keep torch's own ops.
+One build serves every CPU: each kernel body is compiled once per instruction set (``PATHS``: portable C++,
+AVX2 + FMA + F16C, AVX512 with VNNI, and AVX512-BF16 for bfloat16 attention) and every op takes the path
+to run as its last argument. ``resolve("auto")`` gives the fastest path this CPU has; a path it lacks is a
+ValueError here and an error in the op, never an illegal instruction. The build runs on first use with
+torch's extension builder (cached under ``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions);
+where it fails (no compiler), ``available()`` is False and callers keep torch's own ops.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import logging
 import os
 
 import torch
 
-REQUIRED_FLAGS = ("avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "f16c")
+PATHS = ("portable", "avx2", "avx512", "avx512_bf16")  # the ops' isa argument is the index
+PATH_NAMES = {"portable": "portable C++", "avx2": "AVX2 + FMA + F16C", "avx512": "AVX512 (F, DQ, BW, VL, VNNI)",
+              "avx512_bf16": "AVX512 with VNNI and BF16"}
 SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp")
-HEADERS = ("cpu_simd.h",)
+# -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
+FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 log = logging.getLogger(__name__)
 
 
 @functools.cache
-def _cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-@functools.cache
 def available() -> bool:
-    """Builds (once per machine) and loads the ops; False where the CPU or the build cannot have them."""
-    if not set(REQUIRED_FLAGS) <= _cpu_flags():
-        return False
+    """Builds (once per machine) and loads the ops; False where the build fails."""
     from torch.utils import cpp_extension
 
     here = os.path.dirname(__file__)
     # -fopenmp: at::parallel_for is header-inline and runs serially without it (the kernels' threads come
-    # from torch's own libgomp, already loaded under the same soname)
-    flags = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c",
-             "-mfma"]
-    if has_bf16():  # bfloat16 dot products in the attention kernels
-        flags += ["-mavx512bf16", "-DRADIXLM_AVX512_BF16"]
-    flags.append(f"-DRADIXLM_HEADERS={_headers_digest(here)}")  # the builder versions by .cpp sources and flags
+    # from torch's own libgomp, already loaded under the same soname); the headers' digest is a flag
+    # because the builder versions a build by its .cpp sources and flags only
+    flags = [*FLAGS, f"-DRADIXLM_HEADERS={_headers_digest(here)}"]
     try:
         cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
                            extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
@@ -59,25 +49,47 @@ def available() -> bool:
     return True
 
 
+@functools.cache
+def supported() -> tuple[str, ...]:
+    """The kernel paths this CPU runs, slowest first (empty if the kernels did not build)."""
+    if not available():
+        return ()
+    return tuple(p for i, p in enumerate(PATHS) if torch.ops.radixlm_cpu.isa_supported(i))
+
+
+def resolve(choice: str) -> int | None:
+    """--cpu-kernels -> the ops' isa argument: auto is the fastest path the CPU has (None, torch's ops, if
+    the kernels did not build); torch is None; a named path must be supported."""
+    if choice == "torch":
+        return None
+    paths = supported()
+    if choice == "auto":
+        return PATHS.index(paths[-1]) if paths else None
+    if choice not in PATHS:
+        raise ValueError(f"cpu_kernels must be 'auto', 'torch' or one of {PATHS}, got {choice!r}")
+    if choice not in paths:
+        raise ValueError(f"cpu_kernels: this CPU has no {PATH_NAMES[choice]} (it runs {', '.join(paths) or 'none'})")
+    return PATHS.index(choice)
+
+
+def describe(isa: int | None) -> str:
+    return "torch's ops" if isa is None else f"radixlm's {PATHS[isa]} kernels ({PATH_NAMES[PATHS[isa]]})"
+
+
 def _headers_digest(here: str) -> str:
     digest = hashlib.sha256()
-    for name in HEADERS:
-        with open(os.path.join(here, name), "rb") as f:
+    for path in sorted(glob.glob(os.path.join(here, "*.h"))):
+        with open(path, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()[:16]
-
-
-def has_bf16() -> bool:
-    """Whether the kernels are built with AVX512-BF16 (the bfloat16 attention paths, extend_attention)."""
-    return "avx512_bf16" in _cpu_flags()
 
 
 def _register_fakes() -> None:
     """Output shapes for torch.compile's tracing."""
     fake = torch.library.register_fake
-    fake("radixlm_cpu::int4_linear")(lambda x, w, d, mn: x.new_empty(x.shape[0], 16 * d.shape[0]))  # 16-row tiles
-    fake("radixlm_cpu::int8_linear")(lambda x, w, s: x.new_empty(x.shape[0], s.shape[0]))  # a scale per row
+    fake("radixlm_cpu::int4_linear")(lambda x, w, d, mn, isa: x.new_empty(x.shape[0], 16 * d.shape[0]))
+    fake("radixlm_cpu::int8_linear")(lambda x, w, s, isa: x.new_empty(x.shape[0], s.shape[0]))
     fake("radixlm_cpu::decode_attention")(
-        lambda q, k, v, idx, counts, prefix, member: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))
+        lambda q, k, v, idx, counts, prefix, member, isa: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))
     fake("radixlm_cpu::extend_attention")(
-        lambda q, k, v, table, seq_lens, ext_lens: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))
+        lambda q, k, v, table, seq_lens, ext_lens, isa: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))

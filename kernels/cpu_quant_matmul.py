@@ -1,6 +1,6 @@
-"""int4 / int8 weight-only matmuls on AVX512-VNNI CPUs (cpu_quant_matmul.cpp) beside their torch references.
+"""int4 / int8 weight-only matmuls (cpu_quant_matmul.cpp, every instruction set) beside their torch references.
 
-``available()`` (cpu_ext) builds and loads them; callers keep torch's own kernels where it is False.
+``isa`` is the kernel path (``cpu_ext.resolve``); ``cpu_ext.available()`` builds and loads the kernels.
 
 Both quantize x to int8 on the fly, one scale per block of 64 along K; see the .cpp for the layouts.
 Shapes: x [M, K], y [M, N]; the weights as pack_int4 / pack_int8 lay them out (16-row tiles).
@@ -17,12 +17,12 @@ GROUP = 32  # int4 scale group along K
 __all__ = ["available", "int4_linear", "int8_linear", "pack_int4", "pack_int8"]
 
 
-def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
-    return torch.ops.radixlm_cpu.int4_linear(x, codes, d, mn)
+def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int4_linear(x, codes, d, mn, isa)
 
 
-def int8_linear(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    return torch.ops.radixlm_cpu.int8_linear(x, q, s)
+def int8_linear(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int8_linear(x, q, s, isa)
 
 
 def _tiles(w: torch.Tensor) -> torch.Tensor:

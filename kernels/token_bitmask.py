@@ -37,11 +37,11 @@ def apply_token_bitmask_torch(logits: torch.Tensor, bitmask: torch.Tensor,
     logits[rows] = sub
 
 
-def apply_token_bitmask_cpu(logits: torch.Tensor, bitmask: torch.Tensor,
-                            indices: torch.Tensor | None = None) -> None:
-    """The same as apply_token_bitmask_torch for float32 logits, in C++ (cpu_ext must be available)."""
+def apply_token_bitmask_cpu(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None,
+                            isa: int = 0) -> None:
+    """The same as apply_token_bitmask_torch for float32 logits, in C++ on kernel path ``isa`` (cpu_ext)."""
     rows = torch.arange(logits.shape[0]) if indices is None else indices
-    torch.ops.radixlm_cpu.apply_token_bitmask(logits, bitmask.contiguous(), rows)
+    torch.ops.radixlm_cpu.apply_token_bitmask(logits, bitmask.contiguous(), rows, isa)
 
 
 def apply_token_bitmask_triton(logits: torch.Tensor, bitmask: torch.Tensor,
@@ -84,12 +84,12 @@ def _kernel():
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None,
-                        native: bool = False) -> None:
-    """Dispatch: Triton on CUDA; on the CPU the C++ kernel for float32 logits when ``native`` (the caller has
-    radixlm's CPU kernels loaded), torch's ops otherwise."""
+                        isa: int | None = None) -> None:
+    """Dispatch: Triton on CUDA; on the CPU the C++ kernel on path ``isa`` for float32 logits (None: the
+    caller runs without radixlm's CPU kernels), torch's ops otherwise."""
     if logits.is_cuda:
         apply_token_bitmask_triton(logits, bitmask.to(logits.device, non_blocking=True), indices)
-    elif native and logits.dtype == torch.float32 and logits.stride(1) == 1:
-        apply_token_bitmask_cpu(logits, bitmask, indices)
+    elif isa is not None and logits.dtype == torch.float32 and logits.stride(1) == 1:
+        apply_token_bitmask_cpu(logits, bitmask, indices, isa)
     else:
         apply_token_bitmask_torch(logits, bitmask, indices)

@@ -49,7 +49,7 @@ class EngineCore:
         encode = self.encode if tokenizer is not None else None
         self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.max_context, self.decode, encode,
                                    self.grammar_cache if tokenizer is not None else None,
-                                   native_sampling=self.runner.native_ops)
+                                   cpu_isa=self.runner.cpu_isa)
         self._seed_rng = torch.Generator().manual_seed(cfg.decoding.random_seed)
 
     @property

@@ -39,9 +39,9 @@ class Scheduler:
     def __init__(self, config: EngineConfig, forward: Callable[[ForwardBatch], torch.Tensor],
                  cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str],
                  encode: Callable[[str], list[int]] | None = None, grammars: Callable | None = None,
-                 native_sampling: bool = False) -> None:
+                 cpu_isa: int | None = None) -> None:
         self.cfg, self.decoding = config.scheduler, config.decoding
-        self.native_sampling = native_sampling  # radixlm's C++ CPU kernels are loaded (sampler.apply_grammars)
+        self.cpu_isa = cpu_isa  # the path of radixlm's C++ CPU kernels, None without them (sampler.apply_grammars)
         self.forward = forward
         self.cache = cache
         self.max_context = max_context
@@ -334,7 +334,7 @@ class Scheduler:
         return self._sample_and_finish(reqs, logits)
 
     def _sample_and_finish(self, reqs: list[Req], logits: torch.Tensor) -> list[StepOutput]:
-        result = sample(logits, reqs, self.native_sampling)
+        result = sample(logits, reqs, self.cpu_isa)
         starts = [len(r.output_ids) for r in reqs]
         for i, req in enumerate(reqs):
             tok = result.tokens[i]

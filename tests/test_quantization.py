@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm.kernels import cpu_quant_matmul as vnni_kernels
+from radixlm.kernels import cpu_ext
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.model.loader import random_model
@@ -18,14 +18,14 @@ from .conftest import TINY
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("shape", [(960, 576), (100, 64)])  # 100 rows: int4 pads N to a multiple of 16
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kernels", ["auto", "torch"])
+@pytest.mark.parametrize("kernels", ["torch", *cpu_ext.supported()])
 def test_kernel_matches_its_dequantized_weight(kind, shape, dtype, kernels):
-    """Both backends (auto: the VNNI kernels where the CPU and the shape allow, the 100-row weight never)."""
+    """Both backends, radixlm's on every path this CPU has (never for the 100-row weight: 16-row tiles)."""
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(shape, generator=gen)
-    q = QuantWeight.quantize(w, kind, dtype, kernels)
-    vnni = kernels == "auto" and vnni_kernels.available() and shape[0] % 16 == 0
-    assert q.backend == ("vnni" if vnni else "torch")
+    q = QuantWeight.quantize(w, kind, dtype, cpu_ext.resolve(kernels))
+    vnni = kernels != "torch" and shape[0] % 16 == 0
+    assert q.backend == ("native" if vnni else "torch")
     dq = q.dequantize()
     assert dq.shape == w.shape
     step = (w.abs().amax(1, keepdim=True) / 127) if kind == "int8" else (w.view(shape[0], -1, 32).aminmax(dim=-1))
@@ -83,7 +83,7 @@ def test_quantized_engine_tracks_the_dense_model(kind, quantized_prefill):
                               quantization=kind, quantized_prefill=quantized_prefill)
     layer = quant.model.layers[0].mlp.gate_up_proj
     assert layer.quant is not None and layer.quant.kind == kind
-    assert (layer.weight is None) == (quantized_prefill or layer.quant.backend == "vnni")
+    assert (layer.weight is None) == (quantized_prefill or layer.quant.backend == "native")
     assert quant.model.embed_tokens.quant.kind == "int8"
     prompts = [[(7 * i + j) % 250 for j in range(n)] for i, n in enumerate((5, 30, 70))]
     sp = {"temperature": 0, "max_new_tokens": 1}

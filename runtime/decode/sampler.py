@@ -50,16 +50,16 @@ def block_early_stop(logits: torch.Tensor, reqs: list[Req]) -> None:
                 logits[i, ids] = float("-inf")
 
 
-def apply_grammars(logits: torch.Tensor, reqs: list[Req], native: bool = False) -> None:
+def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
     """Mask the tokens each constrained row's grammar forbids (rows without a grammar are untouched);
-    ``native``: radixlm's C++ CPU kernels are loaded (apply_token_bitmask's CPU path)."""
+    ``cpu_isa``: the path of radixlm's C++ CPU kernels, None without them (apply_token_bitmask)."""
     rows = [i for i, r in enumerate(reqs) if r.grammar is not None]
     if not rows:
         return
     bitmask = torch.full((len(reqs), (logits.shape[1] + 31) // 32), -1, dtype=torch.int32)
     need = [i for i in rows if reqs[i].grammar.fill_bitmask(bitmask, i)]
     if need:
-        apply_token_bitmask(logits, bitmask, torch.tensor(need), native)
+        apply_token_bitmask(logits, bitmask, torch.tensor(need), cpu_isa)
 
 
 def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
@@ -76,11 +76,11 @@ def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, 
     return out / out.sum(dim=-1, keepdim=True)
 
 
-def process_logits(logits: torch.Tensor, reqs: list[Req], native: bool = False) -> None:
+def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
     """In place: everything that shapes a row before temperature (bias, penalties, min tokens, grammar)."""
     apply_penalties(logits, reqs)
     block_early_stop(logits, reqs)
-    apply_grammars(logits, reqs, native)
+    apply_grammars(logits, reqs, cpu_isa)
 
 
 def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
@@ -106,12 +106,12 @@ def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
     return (probs / noise.to(probs.device, non_blocking=True)).argmax(dim=-1)
 
 
-def sample(logits: torch.Tensor, reqs: list[Req], native: bool = False) -> SampleOutput:
-    """logits [B, V] float32 (modified in place) -> one token per request (``native``: see apply_grammars)."""
+def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
+    """logits [B, V] float32 (modified in place) -> one token per request (``cpu_isa``: see apply_grammars)."""
     raw_logprobs = None
     if any(r.logprob.return_logprob for r in reqs):
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
-    process_logits(logits, reqs, native)
+    process_logits(logits, reqs, cpu_isa)
     tokens = logits.argmax(dim=-1)
     rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
     if rand_rows:

@@ -42,6 +42,7 @@ class _GraphAttend:
     members: torch.Tensor | None  # [n] requests of the shared-prefix group
     prefix: torch.Tensor | None  # [P] the group's shared slots
     native: tuple[torch.Tensor, ...] | None  # the C++ kernel's step inputs (native_args); None: torch's ops
+    isa: int | None  # the C++ kernel's path
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
         kb, vb = self.k_buffer[layer], self.v_buffer[layer]
@@ -49,15 +50,15 @@ class _GraphAttend:
         vb.index_copy_(1, self.loc, v.transpose(0, 1))
         if self.native is not None:
             idx = self.idx.view(q.shape[0], -1)
-            return native_kernel.decode_attention(q.contiguous(), kb, vb, idx, *self.native)
+            return native_kernel.decode_attention(q.contiguous(), kb, vb, idx, *self.native, self.isa)
         return traced_decode_attention(q, kb, vb, self.idx, self.mask, self.members, self.prefix)
 
 
 class CompiledDecode:
     """ModelRunner's decode path on the CPU when --enable-torch-compile is set (see the module docstring)."""
 
-    def __init__(self, model, pool: KVPool, max_bs: int, native_attention: bool = False) -> None:
-        self.model, self.pool, self.max_bs, self.native = model, pool, max_bs, native_attention
+    def __init__(self, model, pool: KVPool, max_bs: int, attention_isa: int | None = None) -> None:
+        self.model, self.pool, self.max_bs, self.isa = model, pool, max_bs, attention_isa
         # The weights never change after loading: guarding on every parameter cost ~1 ms a call. Without
         # those guards nothing tells two engines' graphs apart, and torch caches graphs per code object:
         # each instance traces its own copy of _trace, so it never runs another engine's graph.
@@ -68,11 +69,11 @@ class CompiledDecode:
 
     def _trace(self, input_ids, positions, loc, idx, mask, members, prefix) -> torch.Tensor:
         native = None
-        if self.native:  # once a step, not per layer: valid slots per row (the kernel's form of mask), the group
+        if self.isa is not None:  # once a step, not per layer: valid slots per row (the kernel's form of mask), the group
             native = native_args(mask.reshape(input_ids.shape[0], -1).sum(-1), members, prefix)
         elif members is not None:  # the cascade's fused kernel takes the mask as a bias
             mask = additive_bias(mask)
-        attend = _GraphAttend(self.pool.k_buffer, self.pool.v_buffer, loc, idx, mask, members, prefix, native)
+        attend = _GraphAttend(self.pool.k_buffer, self.pool.v_buffer, loc, idx, mask, members, prefix, native, self.isa)
         return self.model.compute(input_ids, positions, attend)
 
     def can_run(self, batch: ForwardBatch) -> bool:

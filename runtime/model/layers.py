@@ -64,16 +64,16 @@ class HeadShard:
         return max(HeadShard.of(num_heads, num_kv_heads, TPInfo(r, size)).kv_count for r in range(size))
 
 
-def native_cpu_ok(x: torch.Tensor, native: bool) -> bool:
+def native_cpu_ok(x: torch.Tensor, isa: int | None) -> bool:
     """Whether radixlm's C++ elementwise kernels (cpu_norm_act) take x [T, H]: set up for this model (the
-    model runner sets ``native_cpu``), eager (the compiled step keeps torch's ops for inductor to fuse),
+    model runner sets ``cpu_isa``), eager (the compiled step keeps torch's ops for inductor to fuse),
     on the CPU, float32 / bfloat16, contiguous, H a multiple of 16."""
-    return (native and not torch.compiler.is_compiling() and x.device.type == "cpu" and x.is_contiguous()
+    return (isa is not None and not torch.compiler.is_compiling() and x.device.type == "cpu" and x.is_contiguous()
             and x.dtype in (torch.float32, torch.bfloat16) and x.shape[-1] % 16 == 0)
 
 
 class RMSNorm(nn.Module):
-    native_cpu = False  # radixlm's C++ kernel on the eager CPU path (ModelRunner turns it on)
+    cpu_isa: int | None = None  # radixlm's C++ kernel on the eager CPU path, on this path (set by ModelRunner)
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -85,11 +85,11 @@ class RMSNorm(nn.Module):
         into ``residual`` on the CPU kernels' path."""
         if x.is_cuda:  # one fused kernel instead of add + cast + norm + cast
             return rmsnorm_triton(x, self.weight, self.eps, residual)
-        if native_cpu_ok(x, self.native_cpu) and x.dim() == 2 and self.weight.dtype == x.dtype:
+        if native_cpu_ok(x, self.cpu_isa) and x.dim() == 2 and self.weight.dtype == x.dtype:
             if residual is None:
-                return cpu_norm_act.rms_norm(x, self.weight, self.eps)
+                return cpu_norm_act.rms_norm(x, self.weight, self.eps, self.cpu_isa)
             if residual.is_contiguous() and residual.dtype == x.dtype:
-                return cpu_norm_act.add_rms_norm_(x, residual, self.weight, self.eps), residual
+                return cpu_norm_act.add_rms_norm_(x, residual, self.weight, self.eps, self.cpu_isa), residual
         if residual is not None:
             x = x + residual
             residual = x
@@ -115,10 +115,10 @@ class QuantizableLinear(nn.Module):
     weight: torch.Tensor | None
     quant: QuantWeight | None = None
 
-    def quantize(self, kind: str, keep_dense: bool, kernels: str = "auto") -> None:
+    def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
-        (unless the quantized kernel beats it at every batch size)."""
-        self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, kernels)
+        (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path."""
+        self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, isa)
         if not keep_dense or self.quant.replaces_dense:
             self.weight = None
 
@@ -180,11 +180,11 @@ class VocabParallelEmbedding(QuantizableLinear):
         self.start = tp.rank * self.per_rank
         self.weight = nn.Parameter(torch.zeros(self.per_rank, dim), requires_grad=False)
 
-    def quantize(self, kind: str, keep_dense: bool, kernels: str = "auto") -> None:
+    def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """int8 rows whatever ``kind``: the precision GGUF files keep this table in (Q8_0). An int4 LM head
         raised SmolLM2's mean NLL by 1.5% (int4 layers: no measurable change). The lookup reads whole rows
         times their scale."""
-        super().quantize("int8", keep_dense, kernels)
+        super().quantize("int8", keep_dense, isa)
 
     def load(self, shard: int, name: str, w: torch.Tensor) -> None:
         part = w[self.start:self.start + self.per_rank]

@@ -57,7 +57,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    native_cpu = False  # radixlm's C++ silu(gate) * up on the eager CPU path (ModelRunner turns it on)
+    cpu_isa: int | None = None  # radixlm's C++ silu(gate) * up on the eager CPU path (set by ModelRunner)
 
     def __init__(self, cfg: ModelConfig, tp: TPInfo) -> None:
         super().__init__()
@@ -66,8 +66,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        if native_cpu_ok(gate_up, self.native_cpu) and gate_up.shape[-1] % 32 == 0:
-            return self.down_proj(cpu_norm_act.silu_mul(gate_up))
+        if native_cpu_ok(gate_up, self.cpu_isa) and gate_up.shape[-1] % 32 == 0:
+            return self.down_proj(cpu_norm_act.silu_mul(gate_up, self.cpu_isa))
         gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 

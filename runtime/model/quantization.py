@@ -1,22 +1,16 @@
-"""Weight-only int8 / int4 quantization for the CPU: the weights stay quantized in memory and torch's fused
-weight-only kernels multiply activations by them directly (no dequantized copy per step).
+"""Weight-only int8 / int4 quantization for the CPU: the weights stay quantized in memory and the kernels multiply
+activations by them directly (no dequantized copy per step).
 
-- int8: symmetric, one scale per output row: w = q * s, q in [-127, 127]; ``aten._weight_int8pack_mm``.
-- int4: asymmetric groups of 32 along K, the shape of GGUF's Q4_1 blocks: w = (q - 8) * s + z, q in [0, 15];
-  ``aten._weight_int4pack_mm_for_cpu`` over torch's packed layout.
+- int8: symmetric, one scale per output row: w = q * s, q in [-127, 127].
+- int4: asymmetric groups of 32 along K, the shape of GGUF's Q4_1 blocks: w = d q + mn, q in [0, 15].
 
 Batch-1 decode reads every weight once per token and is bound by memory bandwidth, so fewer bytes is more
-speed: measured on a 2-core AVX512 CPU over SmolLM2's 30 layers, 15.2 ms (bf16) vs 7.6 (int8) vs 3.7 (int4)
-per token. torch's kernels lose to the dense bf16 matmul once a batch has more than about 16 rows
-(prefill), so with them a layer may also keep its dense weight for those batches (``keep_dense``), at the
-cost of its memory.
-
-Two backends: ``torch`` (the aten kernels above) and ``vnni`` (radixlm.kernels.cpu_quant_matmul: int8
-activations times the int4 / int8 codes on AVX512-VNNI, 16-row tiles), chosen per weight by ``cpu_kernels``
-and the shapes the kernels take. The vnni kernels beat the dense bf16 matmul at every batch size, so they
-replace the dense weight (``replaces_dense``): the 30 layers' matmuls, int4 / int8 / dense bf16, 2.2 / 4.4 /
-19.1 ms at 1 row, 3.9 / 5.9 / 22.5 at 8, 24.7 / 28.3 / 60.6 at 64, 304 / 291 / 472 at 800 (a prefill;
-bench_quant.py, 2026-11-30).
+speed. Two backends: ``native`` (radixlm.kernels.cpu_quant_matmul on one of its instruction-set paths: int8
+activations times the codes, 16-row tiles), used wherever the shapes fit (N % 16, K % 64), and ``torch``
+(``aten._weight_int8pack_mm`` and ``aten._weight_int4pack_mm_for_cpu`` over torch's packed layout)
+otherwise or with ``--cpu-kernels torch``. The native kernels replace the dense weight (``replaces_dense``:
+they are used at every batch size, prefill included); torch's lose to the dense bf16 matmul beyond about
+16 rows, so with them a layer may keep its dense weight for those batches (``keep_dense``).
 """
 
 from __future__ import annotations
@@ -25,16 +19,15 @@ from dataclasses import dataclass
 
 import torch
 
-from radixlm.kernels import cpu_quant_matmul as vnni
-from radixlm.runtime.config import CPU_KERNELS, QUANT_KINDS
+from radixlm.kernels import cpu_quant_matmul as native
+from radixlm.runtime.config import QUANT_KINDS
 
 INT4_GROUP = 32
-# torch backend: largest batch (rows of x) for which the quantized kernel beats the dense bf16 matmul
-# (measured over SmolLM2's shapes: int4 3.7 vs 15.2 ms at 1 row, 21 vs 23 at 16, 82 vs 48 at 64). int8's
-# kernel wins clearly only at one row (49k-row LM head: 1.8 vs 3.4 ms at 1 row, 3.0 vs 3.9 at 4, 5.6 vs 4.6
-# at 8): one row only, which also keeps the compiled decode graph free of a batch-size branch.
+# torch backend: largest batch (rows of x) for which the quantized kernel beats the dense bf16 matmul over
+# SmolLM2's shapes (int4 up to 16 rows; int8 only at one row, which also keeps the compiled decode graph
+# free of a batch-size branch).
 QUANT_MAX_ROWS = {"int8": 1, "int4": 16}
-ALL_ROWS = 1 << 62  # vnni backend: every batch
+ALL_ROWS = 1 << 62  # native backend: every batch
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class QuantWeight:
 
     backend torch: int8: data int8 [N, K], scales [N]; int4: data uint8 [Np, K / 2] (torch's packed layout,
     Np = N rounded up to 16), scales [K / 32, Np, 2] holding (scale, zero) per group.
-    backend vnni (16-row tiles, see cpu_quant_matmul): int8: data [N / 16, K / 4, 16, 4], scales float32 [N];
+    backend native (16-row tiles, see cpu_quant_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales float32 [N];
     int4: data uint8 [N / 16, K / 4, 32], scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn)."""
 
     kind: str
@@ -55,39 +48,39 @@ class QuantWeight:
     act_dtype: torch.dtype = torch.float32
     backend: str = "torch"
     mins: torch.Tensor | None = None
+    isa: int | None = None
 
     @classmethod
-    def quantize(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype, kernels: str = "auto") -> QuantWeight:
-        """w [N, K] (any float dtype) -> its quantized form; activations will be ``act_dtype``. kernels auto:
-        the vnni backend where the CPU has it and the shape fits (N % 16, K % 64), else torch's."""
+    def quantize(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype, isa: int | None = None) -> QuantWeight:
+        """w [N, K] (any float dtype) -> its quantized form; activations will be ``act_dtype``. ``isa`` (a
+        path of radixlm's kernels, cpu_ext.resolve): the native backend where the shape fits (N % 16, K % 64),
+        else torch's."""
         if kind not in QUANT_KINDS[1:]:
             raise ValueError(f"quantization must be one of {QUANT_KINDS[1:]}, got {kind!r}")
-        if kernels not in CPU_KERNELS:
-            raise ValueError(f"cpu_kernels must be one of {CPU_KERNELS}, got {kernels!r}")
         n, k = w.shape
-        fits = n % 16 == 0 and k % vnni.BLOCK == 0 and act_dtype in (torch.float32, torch.bfloat16)
-        if kernels == "auto" and fits and w.device.type == "cpu" and vnni.available():
-            return cls._quantize_vnni(w, kind, act_dtype)
+        fits = n % 16 == 0 and k % native.BLOCK == 0 and act_dtype in (torch.float32, torch.bfloat16)
+        if isa is not None and fits and w.device.type == "cpu":
+            return cls._quantize_native(w, kind, act_dtype, isa)
         data, scales = quantize_int8(w) if kind == "int8" else quantize_int4(w)
         return cls(kind, data, scales.to(act_dtype), n, k, QUANT_MAX_ROWS[kind], act_dtype)
 
     @classmethod
-    def _quantize_vnni(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype) -> QuantWeight:
+    def _quantize_native(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype, isa: int) -> QuantWeight:
         n, k = w.shape
         if kind == "int8":
             q, s = quantize_int8(w)
-            return cls(kind, vnni.pack_int8(q), s, n, k, ALL_ROWS, act_dtype, "vnni")
+            return cls(kind, native.pack_int8(q), s, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
         q, d, mn = int4_codes(w)
-        codes, d, mn = vnni.pack_int4(q, d, mn)
-        return cls(kind, codes, d, n, k, ALL_ROWS, act_dtype, "vnni", mn)
+        codes, d, mn = native.pack_int4(q, d, mn)
+        return cls(kind, codes, d, n, k, ALL_ROWS, act_dtype, "native", mn, isa)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] -> x @ w^T [M, N] in x's dtype."""
-        if self.backend == "vnni":
+        if self.backend == "native":
             x = x.contiguous()
             if self.kind == "int8":
-                return vnni.int8_linear(x, self.data, self.scales)
-            return vnni.int4_linear(x, self.data, self.scales, self.mins)
+                return native.int8_linear(x, self.data, self.scales, self.isa)
+            return native.int4_linear(x, self.data, self.scales, self.mins, self.isa)
         if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
             # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows: the
             # 49k-row LM head took 1.3 ms this way vs 1.8 ms in the aten kernel (worse from 2 rows on)
@@ -114,10 +107,10 @@ class QuantWeight:
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32 as the kernels see it (tests compare the kernels against this)."""
-        if self.backend == "vnni" and self.kind == "int8":
-            return vnni.unpack_int8(self.data).float() * self.scales[:, None]
-        if self.backend == "vnni":
-            return vnni.dequantize_int4(self.data, self.scales, self.mins)
+        if self.backend == "native" and self.kind == "int8":
+            return native.unpack_int8(self.data).float() * self.scales[:, None]
+        if self.backend == "native":
+            return native.dequantize_int4(self.data, self.scales, self.mins)
         if self.kind == "int8":
             return self.data.float() * self.scales.float()[:, None]
         k = self.data.shape[1] * 2
@@ -127,7 +120,7 @@ class QuantWeight:
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """int8 only: rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup)."""
-        if self.backend == "vnni":  # row r is tile r // 16, lane r % 16 of every k-quad
+        if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad
             tiles = self.data.view(self.data.shape[0], -1, 16, 4)
             q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], self.in_features)
         else:
@@ -170,7 +163,7 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, scales
 
 
-def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, kernels: str = "auto") -> None:
+def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, isa: int | None = None) -> None:
     """Quantize every layer that knows how (linear layers: ``kind``; embedding / LM head: int8), in place."""
     if kind not in QUANT_KINDS:
         raise ValueError(f"quantization must be one of {QUANT_KINDS}, got {kind!r}")
@@ -180,4 +173,4 @@ def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, kernels:
         raise ValueError(f"quantization {kind!r} runs on the CPU only (torch's weight-only CPU kernels)")
     for module in list(model.modules()):
         if hasattr(module, "quantize") and getattr(module, "weight", None) is not None:
-            module.quantize(kind, keep_dense, kernels)
+            module.quantize(kind, keep_dense, isa)

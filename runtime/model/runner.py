@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from radixlm.kernels import cpu_ext
@@ -14,49 +16,62 @@ from radixlm.runtime.model.layers import HeadShard
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.quantization import quantize_model
 
+log = logging.getLogger("radixlm.model")
+
 
 class ModelRunner:
-    """``plan_sink`` (set by the engine on rank 0 of a TP group) broadcasts each batch to the other ranks."""
+    """``plan_sink`` (set by the engine on rank 0 of a TP group) broadcasts each batch to the other ranks.
+
+    ``cpu_isa``: the path of radixlm's C++ CPU kernels this runner uses (kernels/cpu_ext.PATHS index; None:
+    torch's ops). They run the quantized matmuls, the decode / extend attention where it fits, RMSNorm and
+    silu * up on the eager path (prefill), and the grammar bitmask (sampler.apply_grammars)."""
 
     def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
-        quantize_model(model, config.load.quantization, keep_dense=not config.load.quantized_prefill,
-                       kernels=config.execution.cpu_kernels)
         self.model, self.plan_sink = model, None
+        self.device = next(model.parameters()).device
+        self.cpu_isa = cpu_ext.resolve(config.execution.cpu_kernels) if self.device.type == "cpu" else None
+        if self.device.type == "cpu":
+            log.info("CPU kernels: %s", cpu_ext.describe(self.cpu_isa))
+        quantize_model(model, config.load.quantization, keep_dense=not config.load.quantized_prefill, isa=self.cpu_isa)
         cfg = model.cfg
         self.max_context = min(config.load.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        kv_heads = model.layers[0].self_attn.num_kv_heads if cfg.num_layers else cfg.num_kv_heads
-        page = config.cache.page_size
-        tokens = config.cache.max_total_tokens
-        if tokens is None:  # the same on every TP rank: sized by the rank with the most KV heads
-            widest = HeadShard.max_kv_heads(cfg.num_heads, cfg.num_kv_heads, model.tp.size)
-            tokens = int(config.cache.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, widest))
-        num_pages = tokens // page + 1  # + the reserved page 0
-        self.device = next(model.parameters()).device
-        self.backend_name = resolve_backend(config.execution.attention_backend, self.device)
-        self.allocator = PageAllocator(num_pages, page)
-        self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads, self.device,
-                           head_major=self.backend_name != "flashinfer")
-        self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page, self.device)
+        self._build_pool(config, dtype)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
-        # radixlm's C++ CPU kernels: the token bitmask for grammar-constrained rows (sampler.apply_grammars), the
-        # RMSNorm and silu * up on the eager path (prefill), and the decode / extend attention where they fit
-        self.native_ops = self.device.type == "cpu" and config.execution.cpu_kernels == "auto" and cpu_ext.available()
-        native = self.native_ops and self.backend_name == "torch" and native_fits(self.pool, num_q_heads, cfg.head_dim)
-        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, page, num_q_heads, native)
+        fits = self.backend_name == "torch" and native_fits(self.pool, num_q_heads, cfg.head_dim)
+        attention_isa = self.cpu_isa if fits else None
+        self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, config.cache.page_size,
+                                    num_q_heads, attention_isa)
         for module in model.modules():
-            if hasattr(module, "native_cpu"):
-                module.native_cpu = self.native_ops
+            if hasattr(module, "cpu_isa"):
+                module.cpu_isa = self.cpu_isa
         self.graphs = self.compiled = None
         if self.device.type == "cpu" and config.execution.enable_torch_compile:
             from radixlm.runtime.model.cpu_graph import CompiledDecode
 
             self.compiled = CompiledDecode(model, self.pool, min(config.execution.torch_compile_max_bs,
-                                                                 config.scheduler.max_running_requests), native)
+                                                                 config.scheduler.max_running_requests), attention_isa)
         if self.device.type == "cuda" and self.backend_name == "triton" and not config.execution.disable_cuda_graph:
             from radixlm.runtime.model.cuda_graph import DecodeGraphs
 
             self.graphs = DecodeGraphs(model, self.backend, self.req_to_token.dummy_row,
                                        min(config.execution.cuda_graph_max_bs, config.scheduler.max_running_requests))
+
+    def _build_pool(self, config: EngineConfig, dtype: torch.dtype) -> None:
+        """The KV pool (sized from the memory budget, the same on every TP rank), its allocator and the
+        request -> slot table."""
+        cfg, page = self.model.cfg, config.cache.page_size
+        kv_heads = self.model.layers[0].self_attn.num_kv_heads if cfg.num_layers else cfg.num_kv_heads
+        tokens = config.cache.max_total_tokens
+        if tokens is None:  # sized by the rank with the most KV heads
+            widest = HeadShard.max_kv_heads(cfg.num_heads, cfg.num_kv_heads, self.model.tp.size)
+            tokens = int(config.cache.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, widest))
+        num_pages = tokens // page + 1  # + the reserved page 0
+        self.backend_name = resolve_backend(config.execution.attention_backend, self.device)
+        self.allocator = PageAllocator(num_pages, page)
+        self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads, self.device,
+                           head_major=self.backend_name != "flashinfer")
+        self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page,
+                                           self.device)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:

@@ -43,7 +43,8 @@ def _triton_interpreted() -> bool:
 
 
 def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_size: int, num_q_heads: int,
-                 native_decode: bool = False):
+                 cpu_isa: int | None = None):
+    """``cpu_isa``: the CPU backend runs radixlm's C++ attention on that path (None: torch's ops)."""
     if name == "triton":
         from radixlm.runtime.model.attention.triton_gpu import TritonAttentionBackend
 
@@ -52,4 +53,4 @@ def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_siz
         from radixlm.runtime.model.attention.flashinfer_gpu import FlashInferAttentionBackend
 
         return FlashInferAttentionBackend(pool, req_to_token, page_size, num_q_heads)
-    return TorchAttentionBackend(pool, req_to_token, native_decode)
+    return TorchAttentionBackend(pool, req_to_token, cpu_isa)

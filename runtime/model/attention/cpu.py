@@ -16,19 +16,17 @@ class TorchAttentionBackend:
     """Extend: per request, causal attention of the new tokens over prefix (read from the pool) + themselves.
     Decode: see cpu_decode.py (padded batch over each request's own slots + shared prefixes once)."""
 
-    def __init__(self, pool: KVPool, req_to_token: ReqToTokenPool, native_decode: bool = False) -> None:
+    def __init__(self, pool: KVPool, req_to_token: ReqToTokenPool, isa: int | None = None) -> None:
         self.pool = pool
         self.req_to_token = req_to_token
-        self.native_decode = native_decode  # decode through the C++ kernel (decode_attention.native_fits)
-        # extend too, where that kernel has its bfloat16 form (AVX512-BF16)
-        self.native_extend = native_decode and pool.dtype == torch.bfloat16 and native_kernel.extend_available()
+        self.isa = isa  # decode and extend through radixlm's C++ kernels on this path (cpu_decode.native_fits)
 
     def prepare(self, batch: ForwardBatch) -> None:
         table = self.req_to_token.table
         if batch.mode == "decode":
-            batch.attn_meta = plan_decode(table, batch.req_rows, batch.seq_lens, self.native_decode)
+            batch.attn_meta = plan_decode(table, batch.req_rows, batch.seq_lens, self.isa)
             return
-        if self.native_extend:
+        if self.isa is not None:
             rows = table[batch.req_rows, : max(batch.seq_lens)]  # [R, L]: cached prefix, then the new tokens
             batch.attn_meta = (rows, torch.tensor(batch.seq_lens), torch.tensor(batch.extend_lens))
             return
@@ -46,10 +44,10 @@ class TorchAttentionBackend:
     def forward(self, q, k, v, layer, batch):
         self.pool.store(layer, batch.out_cache_loc, k, v)
         if batch.mode == "decode":
-            return decode_attention(q, self.pool, layer, batch.attn_meta, self.native_decode)
-        if self.native_extend:
+            return decode_attention(q, self.pool, layer, batch.attn_meta, self.isa)
+        if self.isa is not None:
             kb, vb = self.pool.k_buffer[layer], self.pool.v_buffer[layer]
-            return native_kernel.extend_attention(q.contiguous(), kb, vb, *batch.attn_meta)
+            return native_kernel.extend_attention(q.contiguous(), kb, vb, *batch.attn_meta, self.isa)
         out = torch.empty(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype)
         groups = q.shape[1] // k.shape[1]
         for s, e, kv_idx, mask in batch.attn_meta:

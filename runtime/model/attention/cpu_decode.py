@@ -41,18 +41,35 @@ class DecodeMeta:
     mask: torch.Tensor | None  # [1, B, 1, Ls] True = attend; None when no request is padded
     groups: list[PrefixGroup]
     bias: torch.Tensor | None = None  # the mask as float32 0 / -inf (the fused kernel's form), with groups
-    native: tuple[torch.Tensor, ...] | None = None  # with at most one group: native_args for the C++ kernel
+    native: tuple[torch.Tensor, ...] | None = None  # native_args for the C++ kernel (it takes every batch)
 
 
-def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int], native: bool = False) -> DecodeMeta:
-    """``native``: also build the C++ kernel's step inputs (DecodeMeta.native), for batches it takes."""
+def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int], isa: int | None = None) -> DecodeMeta:
+    """``isa`` (a path of radixlm's C++ kernels): the kernel's step inputs too (DecodeMeta.native). It reads
+    each request's whole slot row, shared prefix included, so no prefix groups are formed for it: a
+    request's attention then never depends on the batch it is in."""
     lens = torch.tensor(seq_lens)
     slots = table[rows, : int(lens.max())]  # [B, Lmax]
+    groups = prefix_groups(slots, lens) if isa is None else []
     start = torch.zeros_like(lens)
-    groups = []
+    for group in groups:
+        start[group.members] = group.slots.numel()
+    suffix_len = int((lens - start).max())
+    pos = start.unsqueeze(1) + torch.arange(suffix_len).unsqueeze(0)  # [B, Ls]
+    mask = pos < lens.unsqueeze(1)
+    idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
+    mask = None if bool(mask.all()) else mask[None, :, None, :]
+    bias = additive_bias(mask) if groups and mask is not None else None
+    args = native_args(lens, None, None) if isa is not None else None
+    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, args)
+
+
+def prefix_groups(slots: torch.Tensor, lens: torch.Tensor) -> list[PrefixGroup]:
+    """Requests whose slot rows [B, Lmax] start with the same run of at least MIN_SHARED slots."""
     by_first: dict[int, list[int]] = defaultdict(list)
     for i, first in enumerate(slots[:, 0].tolist()):
         by_first[first].append(i)
+    groups = []
     for members in by_first.values():
         if len(members) < 2:
             continue
@@ -63,17 +80,7 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int], na
         shared = int(differs[0]) if len(differs) else limit
         if shared >= MIN_SHARED:
             groups.append(PrefixGroup(m, sub[0, :shared].clone()))
-            start[m] = shared
-    suffix_len = int((lens - start).max())
-    pos = start.unsqueeze(1) + torch.arange(suffix_len).unsqueeze(0)  # [B, Ls]
-    mask = pos < lens.unsqueeze(1)
-    idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
-    mask = None if bool(mask.all()) else mask[None, :, None, :]
-    bias = additive_bias(mask) if groups and mask is not None else None
-    args = None
-    if native and len(groups) <= 1:
-        args = native_args(lens - start, groups[0].members if groups else None, groups[0].slots if groups else None)
-    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, args)
+    return groups
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
@@ -148,7 +155,7 @@ def native_fits(pool: KVPool, num_q_heads: int, head_dim: int) -> bool:
     kb = pool.k_buffer[0] if pool.k_buffer else None
     return (kb is not None and kb.device.type == "cpu" and pool.head_major and head_dim in (64, 128)
             and kb.dtype in (torch.float32, torch.bfloat16) and num_q_heads % kb.shape[0] == 0
-            and num_q_heads // kb.shape[0] <= 16 and native_kernel.available())
+            and num_q_heads // kb.shape[0] <= 16)
 
 
 def native_args(counts: torch.Tensor, members: torch.Tensor | None,
@@ -162,13 +169,13 @@ def native_args(counts: torch.Tensor, members: torch.Tensor | None,
     return counts, prefix, member
 
 
-def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta, native: bool = False) -> torch.Tensor:
-    """q [B, Hq, D] -> [B, Hq * D]. ``native``: the C++ kernel (see native_fits) for batches with at most
-    one shared-prefix group."""
+def decode_attention(q: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta, isa: int | None = None) -> torch.Tensor:
+    """q [B, Hq, D] -> [B, Hq * D]. ``isa``: radixlm's C++ kernel on that path (see native_fits), for the
+    batches plan_decode planned for it."""
     b, hq, d = q.shape
-    if native and meta.native is not None:
+    if isa is not None and meta.native is not None:
         kb, vb = pool.k_buffer[layer], pool.v_buffer[layer]
-        return native_kernel.decode_attention(q.contiguous(), kb, vb, meta.idx.view(b, -1), *meta.native)
+        return native_kernel.decode_attention(q.contiguous(), kb, vb, meta.idx.view(b, -1), *meta.native, isa)
     k, v = pool.gather(layer, meta.idx)  # [Hkv, B * Ls, D]
     hkv = k.shape[0]
     qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]: query heads by their KV head

@@ -1,0 +1,112 @@
+// Attention straight from the paged KV pool, written once against the vector layer (compiled per
+// instruction set by cpu_foreach_isa.h; the ops are in cpu_decode_attention.cpp). One task is n query
+// tokens x the G query heads of one KV head, R = n G rows; row r = (token r / G, head r % G) sees keys
+// [0, len - n + r / G] of its slot list (causal; decode: n = 1, every key).
+//
+// Cache invariance: a row's result depends only on its query and its keys, never on how many tokens the
+// task holds, where the keys came from, or whether it is a decode or an extend step. Each key's score is
+// the same dot-product tree in fixed groups of 4 keys aligned to position 0; the softmax sums 16-key
+// vectors aligned to position 0 (keys past the row's last are exact zeros) and reduces them by one tree;
+// values accumulate key by key in position order.
+
+// Slots are scattered through the pool: fetch the row kAhead tokens on while this one is computed.
+constexpr int64_t kAhead = 16;
+
+template <typename T>
+inline void prefetch_row(const T* base, const Rows& rows, int64_t t, int64_t len, int64_t bytes) {
+  if (t >= len) return;
+  const char* p = reinterpret_cast<const char*>(base + rows.slot(t) * (bytes / static_cast<int64_t>(sizeof(T))));
+  for (int64_t off = 0; off < bytes; off += 64) prefetch(p + off);
+}
+
+inline uint32_t lanes_from(int64_t n) {  // the bits of lanes n .. 15
+  return n >= 16 ? 0u : n <= 0 ? 0xFFFFu : (0xFFFFu << n) & 0xFFFFu;
+}
+
+// scores[r * stride + t] = scale * q_r . k_t for every row and key (masking is the softmax's job).
+template <int DC, typename T>
+void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, float scale, int64_t stride, float* out) {
+  constexpr int D = DC * 16;
+  const int64_t len = rows.len, r_count = qr.n * qr.g;
+  alignas(64) float kbuf[4][D];  // four keys, widened once for every row
+  for (int64_t t = 0; t < len; t += 4) {
+    for (int j = 0; j < 4; ++j) {
+      prefetch_row(kh, rows, t + j + kAhead, len, D * static_cast<int64_t>(sizeof(T)));
+      const T* kp = kh + rows.slot(std::min(t + j, len - 1)) * D;  // past the end: a repeat, never used
+      for (int c = 0; c < DC; ++c) fstore(kbuf[j] + 16 * c, fload(kp + 16 * c));
+    }
+    for (int64_t r = 0; r < r_count; ++r) {
+      const T* qp = q + qr.offset(r, D);
+      F16 acc[4] = {fzero(), fzero(), fzero(), fzero()};
+      for (int c = 0; c < DC; ++c) {
+        const F16 qc = fload(qp + 16 * c);
+        for (int j = 0; j < 4; ++j) acc[j] = fmadd(qc, fload(kbuf[j] + 16 * c), acc[j]);
+      }
+      float s[4];
+      reduce4(acc[0], acc[1], acc[2], acc[3], s);
+      for (int j = 0; j < 4 && t + j < len; ++j) out[r * stride + t + j] = s[j] * scale;
+    }
+  }
+}
+
+// A row's softmax numerators over its first live_len keys, in place (0 beyond them) -> 1 / their sum.
+inline float softmax_row(float* s, int64_t live_len, int64_t stride) {
+  F16 mx = fset1(-INFINITY);
+  for (int64_t t = 0; t < live_len; t += 16) {
+    mx = fmax(mx, select_bits(fload(s + t), lanes_from(live_len - t), -INFINITY));
+  }
+  const F16 m = fset1(reduce_max(mx));
+  F16 sum = fzero();
+  for (int64_t t = 0; t < stride; t += 16) {
+    const F16 e = keep_first(fexp(sub(fload(s + t), m)), live_len - t);
+    fstore(s + t, e);
+    sum = add(sum, e);
+  }
+  return 1.f / reduce_add(sum);
+}
+
+// out rows [r0, r0 + RB), dims [16 c0, 16 (c0 + CB)): sum_t p[r, t] v_t / sum over keys [0, keys), key by key.
+template <int DC, int RB, int CB, typename T>
+void values(const float* probs, int64_t stride, int64_t r0, int64_t c0, int64_t keys, const T* vh, const Rows& rows,
+            const float* inv_sum, T* out, const QueryRows& orow) {
+  constexpr int D = DC * 16;
+  F16 acc[RB][CB];
+  for (int i = 0; i < RB; ++i)
+    for (int c = 0; c < CB; ++c) acc[i][c] = fzero();
+  for (int64_t t = 0; t < keys; ++t) {
+    prefetch_row(vh, rows, t + kAhead, keys, D * static_cast<int64_t>(sizeof(T)));
+    const T* vp = vh + rows.slot(t) * D + 16 * c0;
+    for (int c = 0; c < CB; ++c) {
+      const F16 vv = fload(vp + 16 * c);
+      for (int i = 0; i < RB; ++i) acc[i][c] = fmadd(fset1(probs[(r0 + i) * stride + t]), vv, acc[i][c]);
+    }
+  }
+  for (int i = 0; i < RB; ++i) {
+    T* o = out + orow.offset(r0 + i, D) + 16 * c0;
+    for (int c = 0; c < CB; ++c) fstore(o + 16 * c, mul(acc[i][c], fset1(inv_sum[r0 + i])));
+  }
+}
+
+// One task: q rows (n tokens x G heads of one KV head) over rows' keys -> out rows. DC = D / 16.
+template <int DC, typename T>
+void attend_rows(const T* q, const QueryRows& qr, const T* kh, const T* vh, const Rows& rows, float scale,
+                 Scratch& scratch, T* out, const QueryRows& orow) {
+  constexpr int CB = DC < kValueChunks ? DC : kValueChunks;
+  const int64_t len = rows.len, stride = (len + 15) / 16 * 16, r_count = qr.n * qr.g;
+  scratch.scores.assign(r_count * stride, 0.f);
+  scratch.inv_sum.resize(r_count);
+  float* s = scratch.scores.data();
+  scores<DC>(q, qr, kh, rows, scale, stride, s);
+  auto live_len = [&](int64_t r) { return len - qr.n + r / qr.g + 1; };
+  for (int64_t r = 0; r < r_count; ++r) scratch.inv_sum[r] = softmax_row(s + r * stride, live_len(r), stride);
+  for (int64_t c0 = 0; c0 < DC; c0 += CB) {
+    int64_t r0 = 0;
+    for (; r0 + kValueRows <= r_count; r0 += kValueRows) {
+      values<DC, kValueRows, CB>(s, stride, r0, c0, live_len(r0 + kValueRows - 1), vh, rows, scratch.inv_sum.data(),
+                                 out, orow);
+    }
+    for (; r0 < r_count; ++r0) {
+      values<DC, 1, CB>(s, stride, r0, c0, live_len(r0), vh, rows, scratch.inv_sum.data(), out, orow);
+    }
+  }
+}

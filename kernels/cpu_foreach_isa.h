@@ -1,0 +1,31 @@
+// Compiles the kernel body named by RADIXLM_BODY once per instruction set, each in its own namespace with
+// its vector layer (see cpu_isa.h). No include guard: a kernel .cpp includes it once, after defining
+// RADIXLM_BODY and the types its body shares across paths.
+#ifndef RADIXLM_BODY
+#error "define RADIXLM_BODY (the kernel body header) before including cpu_foreach_isa.h"
+#endif
+
+namespace radixlm_portable {
+#include "cpu_vec_portable.h"
+#include RADIXLM_BODY
+}  // namespace radixlm_portable
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace radixlm_avx2 {
+#include "cpu_vec_avx2.h"
+#include RADIXLM_BODY
+}  // namespace radixlm_avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+namespace radixlm_avx512 {
+#include "cpu_vec_avx512.h"
+#include RADIXLM_BODY
+}  // namespace radixlm_avx512
+#pragma GCC pop_options
+#endif
+
+#undef RADIXLM_BODY

@@ -1,0 +1,71 @@
+// radixlm's C++ CPU kernels: one build serves every CPU. Each kernel's body (cpu_*_body.h) is written once
+// against a small vector layer and compiled once per instruction set, inside its own namespace and
+// `#pragma GCC target` region (cpu_foreach_isa.h): portable C++, AVX2 + FMA + F16C, and AVX512 (F, DQ,
+// BW, VL, VNNI). Every op takes the path to run as its last argument (kernels/cpu_ext.py passes the
+// fastest the CPU has; tests pass each in turn); a path the CPU lacks is an error, never an illegal
+// instruction. All paths give bit-identical results (see cpu_vec_portable.h), except the AVX512-BF16
+// attention (bfloat16 dot products in hardware).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+namespace radixlm_cpu {
+
+enum Isa : int64_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+
+inline bool isa_supported(int64_t isa) {
+#if defined(__x86_64__)
+  switch (isa) {
+    case kPortable: return true;
+    case kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+    case kAvx512Bf16: return isa_supported(kAvx512) && __builtin_cpu_supports("avx512bf16");
+    default: return false;
+  }
+#else
+  return isa == kPortable;
+#endif
+}
+
+inline void check_isa(int64_t isa) {
+  TORCH_CHECK(isa_supported(isa), "kernel path ", isa, " (0 portable, 1 avx2, 2 avx512, 3 avx512-bf16) is not "
+              "supported by this CPU");
+}
+
+// Calls f with a null pointer of x's element type: float for float32 tensors, else bfloat16.
+template <typename F>
+void dispatch_float_bf16(const at::Tensor& x, const F& f) {
+  if (x.scalar_type() == at::kFloat) {
+    f(static_cast<float*>(nullptr));
+  } else {
+    f(static_cast<at::BFloat16*>(nullptr));
+  }
+}
+
+}  // namespace radixlm_cpu
+
+// RADIXLM_ISA_CALL(isa, fn<T>, args...): fn from the namespace of path isa (AVX512-BF16 runs the AVX512 one).
+#if defined(__x86_64__)
+#define RADIXLM_ISA_CALL(isa, fn, ...)                                         \
+  ((isa) >= ::radixlm_cpu::kAvx512 ? radixlm_avx512::fn(__VA_ARGS__)           \
+   : (isa) == ::radixlm_cpu::kAvx2 ? radixlm_avx2::fn(__VA_ARGS__)             \
+                                   : radixlm_portable::fn(__VA_ARGS__))
+#else
+#define RADIXLM_ISA_CALL(isa, fn, ...) radixlm_portable::fn(__VA_ARGS__)
+#endif

@@ -1,0 +1,134 @@
+// The int4 / int8 weight-only matmul kernels, written once against the vector layer (compiled per
+// instruction set by cpu_foreach_isa.h; the ops and the layouts are in cpu_quant_matmul.cpp).
+//
+// Batch invariance: a row of y is computed by the same operations in the same order whichever tile size
+// (MT rows) and batch it comes in, and activation quantization is per row, so a row's result never
+// depends on the other rows of x.
+
+constexpr int kBlock = 64;
+constexpr int kPrefetch = 8;  // groups of 32 ahead (256 bytes of int4 codes each)
+
+// x rows [r0, r1) quantized per 64-block: q int8, a = max|x| / 127 per block, s = sum(q) per group of 32,
+// t = a * s per group (int4's minimum term).
+template <typename T>
+void quantize_rows(const T* x, int64_t r0, int64_t r1, QuantizedX& out) {
+  const int64_t k = out.k, nb = out.nb;
+  for (int64_t i = r0; i < r1; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const T* src = x + i * k + b * kBlock;
+      F16 v[4];
+      F16 amax = fzero();
+      for (int j = 0; j < 4; ++j) {
+        v[j] = fload(src + 16 * j);
+        amax = fmax(amax, fabs(v[j]));
+      }
+      const float mx = reduce_max(amax);
+      const float a = mx / 127.f;
+      const F16 inv = fset1(mx > 0.f ? 127.f / mx : 0.f);
+      I16 iv[4];
+      for (int j = 0; j < 4; ++j) iv[j] = round_to_int(mul(v[j], inv));
+      int8_t* dst = out.q.data() + i * k + b * kBlock;
+      for (int j = 0; j < 4; ++j) store_int8(dst + 16 * j, iv[j]);
+      const int32_t s0 = isum(iv[0]) + isum(iv[1]), s1 = isum(iv[2]) + isum(iv[3]);
+      const int64_t g = (i * nb + b) * 2;
+      out.s[g] = s0;
+      out.s[g + 1] = s1;
+      out.t[g] = a * static_cast<float>(s0);
+      out.t[g + 1] = a * static_cast<float>(s1);
+      out.a[i * nb + b] = a;
+    }
+  }
+}
+
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 weights. Per 64-block of K (one activation scale, two
+// weight groups): the groups' int32 dot products scaled as (ip0 d0 + ip1 d1) a, plus the minimums' mn_g t_g.
+template <int MT, typename T>
+void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
+               const QuantizedX& xq, int64_t m0, T* y) {
+  const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
+  const uint8_t* wt = codes + tile * (k / 4) * 32;
+  const at::Half* dt = d + tile * g_count * 16;
+  const at::Half* mt = mn + tile * g_count * 16;
+  const int8_t* xs = xq.q.data() + m0 * k;
+  F16 acc[MT];
+  for (int i = 0; i < MT; ++i) acc[i] = fzero();
+  prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
+  prefetch(mn + (tile + 1) * g_count * 16);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int line = 0; line < 8; ++line) prefetch(wt + (2 * b + kPrefetch) * 256 + 64 * line);
+    F16 both[MT];
+    for (int h = 0; h < 2; ++h) {
+      I16 ip[MT];
+      for (int i = 0; i < MT; ++i) ip[i] = izero();
+#pragma GCC unroll 8
+      for (int kq = 8 * h; kq < 8 * h + 8; ++kq) {
+        const Q64 wq = load_int4_quad(wt + (b * 16 + kq) * 32);
+        for (int i = 0; i < MT; ++i) ip[i] = dot_int4(ip[i], wq, xs + i * k + b * kBlock + kq * 4);
+      }
+      const F16 dh = fload(dt + (2 * b + h) * 16);
+      for (int i = 0; i < MT; ++i) both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
+    }
+    const F16 n0 = fload(mt + 2 * b * 16), n1 = fload(mt + (2 * b + 1) * 16);
+    for (int i = 0; i < MT; ++i) {
+      const float* t = xq.t.data() + ((m0 + i) * nb + b) * 2;
+      acc[i] = fmadd(both[i], fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
+      acc[i] = fmadd(n0, fset1(t[0]), acc[i]);
+      acc[i] = fmadd(n1, fset1(t[1]), acc[i]);
+    }
+  }
+  for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
+}
+
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights: exact int32 dot products per 64-block, scaled
+// by the block's activation scale, times the row scale at the end.
+template <int MT, typename T>
+void int8_tile(const int8_t* q, const float* s, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0, T* y) {
+  const int64_t k = xq.k, nb = xq.nb;
+  const int8_t* wt = q + tile * (k / 4) * 64;
+  const int8_t* xs = xq.q.data() + m0 * k;
+  F16 acc[MT];
+  for (int i = 0; i < MT; ++i) acc[i] = fzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    I16 ip[MT];
+    for (int i = 0; i < MT; ++i) ip[i] = izero();
+    for (int kq = 0; kq < 16; ++kq) {
+      const Q64 wq = load_int8_quad(wt + (b * 16 + kq) * 64);
+      for (int i = 0; i < MT; ++i) ip[i] = dot_int8(ip[i], wq, xs + i * k + b * kBlock + kq * 4);
+    }
+    for (int i = 0; i < MT; ++i) {
+      const int64_t g = ((m0 + i) * nb + b) * 2;
+      if (kInt8Bias != 0) ip[i] = isub_scalar(ip[i], kInt8Bias * (xq.s[g] + xq.s[g + 1]));
+      acc[i] = fmadd(to_float(ip[i]), fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
+    }
+  }
+  const F16 sv = fload(s + tile * 16);
+  for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, mul(sv, acc[i]));
+}
+
+// tile_fn(MT, tile, m0) over tiles [t0, t1) and x's rows in runs of kMaxRows, then halving.
+template <typename TileFn>
+void for_row_runs(int64_t m, int64_t t0, int64_t t1, const TileFn& tile_fn) {
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t m0 = 0;
+    if constexpr (kMaxRows >= 8) {
+      for (; m0 + 8 <= m; m0 += 8) tile_fn(std::integral_constant<int, 8>{}, t, m0);
+    }
+    for (; m0 + 4 <= m; m0 += 4) tile_fn(std::integral_constant<int, 4>{}, t, m0);
+    if (m - m0 >= 2) { tile_fn(std::integral_constant<int, 2>{}, t, m0); m0 += 2; }
+    if (m - m0 >= 1) tile_fn(std::integral_constant<int, 1>{}, t, m0);
+  }
+}
+
+template <typename T>
+void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
+                const QuantizedX& xq, int64_t m, T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    int4_tile<decltype(mt)::value>(codes, d, mn, n, t, xq, m0, y);
+  });
+}
+
+template <typename T>
+void int8_tiles(const int8_t* q, const float* s, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq, int64_t m,
+                T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int8_tile<decltype(mt)::value>(q, s, n, t, xq, m0, y); });
+}

@@ -1,0 +1,170 @@
+// radixlm's vector layer, AVX2 + FMA + F16C form: 16 lanes as two 256-bit halves (lanes 0-7, 8-15).
+// Included by cpu_isa.h inside `namespace radixlm_avx2` under `#pragma GCC target`. Same names and the
+// same results, bit for bit, as the AVX512 and portable layers (see cpu_vec_portable.h for the reference
+// semantics). int8 dot products are maddubs + madd, as ggml does.
+
+constexpr int kIsa = 1;
+constexpr int kMaxRows = 4;  // rows of x a matmul tile keeps in registers (16 ymm registers)
+constexpr int kValueRows = 2, kValueChunks = 2;  // attention: rows x 16-dim chunks of V accumulated at once
+
+struct F16 { __m256 lo, hi; };
+struct I16 { __m256i lo, hi; };
+struct Q64 { __m256i lo, hi; };  // rows 0-7 and 8-15, 4 bytes a row
+
+inline F16 fzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline F16 fset1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+inline F16 fload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline __m256 widen_bf16(__m128i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)); }
+inline F16 fload(const at::BFloat16* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {widen_bf16(_mm256_castsi256_si128(v)), widen_bf16(_mm256_extracti128_si256(v, 1))};
+}
+inline F16 fload(const at::Half* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm256_cvtph_ps(_mm256_castsi256_si128(v)), _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1))};
+}
+inline __m256i lanes_below(int64_t n) {  // lane i set where i < n
+  const int32_t k = static_cast<int32_t>(n < 0 ? 0 : n > 8 ? 8 : n);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline F16 fload_n(const float* p, int64_t n) {
+  return {_mm256_maskload_ps(p, lanes_below(n)), n > 8 ? _mm256_maskload_ps(p + 8, lanes_below(n - 8)) : _mm256_setzero_ps()};
+}
+inline void fstore(float* p, F16 a) {
+  _mm256_storeu_ps(p, a.lo);
+  _mm256_storeu_ps(p + 8, a.hi);
+}
+inline __m256i bf16_bits(__m256 v) {  // round to nearest even as c10 does; NaN stays a quiet NaN
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+inline void fstore(at::BFloat16* p, F16 a) {
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_bits(a.lo), bf16_bits(a.hi)), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+}
+inline void fstore_n(float* p, F16 a, int64_t n) {
+  _mm256_maskstore_ps(p, lanes_below(n), a.lo);
+  if (n > 8) _mm256_maskstore_ps(p + 8, lanes_below(n - 8), a.hi);
+}
+inline F16 round_bf16(F16 a) {
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits(a.lo), 16)),
+          _mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits(a.hi), 16))};
+}
+
+inline F16 add(F16 a, F16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+inline F16 sub(F16 a, F16 b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+inline F16 mul(F16 a, F16 b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+inline F16 div(F16 a, F16 b) { return {_mm256_div_ps(a.lo, b.lo), _mm256_div_ps(a.hi, b.hi)}; }
+inline F16 fmadd(F16 a, F16 b, F16 c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+inline F16 fmax(F16 a, F16 b) { return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+inline F16 fabs(F16 a) {
+  const __m256 m = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  return {_mm256_and_ps(a.lo, m), _mm256_and_ps(a.hi, m)};
+}
+inline F16 keep_first(F16 a, int64_t n) {
+  return {_mm256_and_ps(a.lo, _mm256_castsi256_ps(lanes_below(n))), _mm256_and_ps(a.hi, _mm256_castsi256_ps(lanes_below(n - 8)))};
+}
+inline __m256 bits_mask(uint32_t bits) {  // lane i set where bit i of bits is
+  const __m256i b = _mm256_and_si256(_mm256_set1_epi32(static_cast<int32_t>(bits)), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, _mm256_setzero_si256()));
+}
+inline F16 select_bits(F16 a, uint32_t bits, float x) {
+  const __m256 v = _mm256_set1_ps(x);
+  return {_mm256_blendv_ps(a.lo, v, bits_mask(bits & 0xFF)), _mm256_blendv_ps(a.hi, v, bits_mask((bits >> 8) & 0xFF))};
+}
+
+inline float reduce_add(F16 a) {
+  const __m256 s8 = _mm256_add_ps(a.lo, a.hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+inline float reduce_max(F16 a) {
+  const __m256 m8 = _mm256_max_ps(a.lo, a.hi);
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline void reduce4(F16 a0, F16 a1, F16 a2, F16 a3, float* out) {
+  auto lanes = [](__m256 x0, __m256 x1, __m256 x2, __m256 x3) {  // v per 128-bit lane, as in the AVX512 layer
+    const __m256 s01 = _mm256_add_ps(_mm256_unpacklo_ps(x0, x1), _mm256_unpackhi_ps(x0, x1));
+    const __m256 s23 = _mm256_add_ps(_mm256_unpacklo_ps(x2, x3), _mm256_unpackhi_ps(x2, x3));
+    return _mm256_add_ps(_mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+  };
+  const __m256 w = _mm256_add_ps(lanes(a0.lo, a1.lo, a2.lo, a3.lo), lanes(a0.hi, a1.hi, a2.hi, a3.hi));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1)));
+}
+
+inline __m256 pow2(__m256i n) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23)); }
+// p 2^n as two exact power-of-two products (n in [-126, 128]), rounded once like AVX512's scalef
+inline __m256 scale2(__m256 p, __m256 n) {
+  const __m256i ni = _mm256_cvtps_epi32(n), half = _mm256_srai_epi32(ni, 1);
+  return _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(ni, half)));
+}
+inline __m256 exp8(__m256 a) {
+  const __m256 x = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.75f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  return scale2(p, n);
+}
+inline F16 fexp(F16 a) { return {exp8(a.lo), exp8(a.hi)}; }
+
+inline I16 izero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+inline F16 to_float(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+inline I16 round_to_int(F16 a) { return {_mm256_cvtps_epi32(a.lo), _mm256_cvtps_epi32(a.hi)}; }
+inline int32_t isum(I16 a) {
+  const __m256i s8 = _mm256_add_epi32(a.lo, a.hi);
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+inline void store_int8(int8_t* p, I16 a) {  // saturating
+  const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a.lo, a.hi), 0xD8);  // 16 int16 in order
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1)));
+}
+
+inline Q64 load_int4_quad(const uint8_t* p) {
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)};
+}
+inline Q64 load_int8_quad(const int8_t* p) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))};
+}
+inline int32_t four_bytes(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline __m256i sum4(__m256i pairs16) { return _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1)); }
+// acc_j += sum_k w[j][k] x[k] over a k-quad; w int4 codes 0..15: maddubs' int16 pairs cannot saturate
+inline I16 dot_int4(I16 acc, Q64 w, const int8_t* x) {
+  const __m256i xb = _mm256_set1_epi32(four_bytes(x));
+  return {_mm256_add_epi32(acc.lo, sum4(_mm256_maddubs_epi16(w.lo, xb))),
+          _mm256_add_epi32(acc.hi, sum4(_mm256_maddubs_epi16(w.hi, xb)))};
+}
+// signed int8 weights in [-127, 127], exact: |w| times x with w's sign (pairs at most 2 * 127 * 127)
+constexpr int32_t kInt8Bias = 0;
+inline I16 dot_int8(I16 acc, Q64 w, const int8_t* x) {
+  const __m256i xb = _mm256_set1_epi32(four_bytes(x));
+  auto half = [&](__m256i wh) { return sum4(_mm256_maddubs_epi16(_mm256_sign_epi8(wh, wh), _mm256_sign_epi8(xb, wh))); };
+  return {_mm256_add_epi32(acc.lo, half(w.lo)), _mm256_add_epi32(acc.hi, half(w.hi))};
+}
+inline I16 isub_scalar(I16 a, int32_t x) {
+  const __m256i v = _mm256_set1_epi32(x);
+  return {_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
+}
+
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }

@@ -1,0 +1,120 @@
+// radixlm's vector layer, AVX512 (F, DQ, BW, VL, VNNI) form: 16 float32 / int32 lanes in one register.
+// Included by cpu_isa.h inside `namespace radixlm_avx512` under `#pragma GCC target`; the kernel bodies
+// (cpu_*_body.h) are written once against this layer's names. Every operation gives bit for bit what
+// the AVX2 and portable layers give (same rounding, same reduction trees): see cpu_vec_portable.h.
+
+constexpr int kIsa = 2;
+constexpr int kMaxRows = 8;  // rows of x a matmul tile keeps in registers (32 zmm registers)
+constexpr int kValueRows = 4, kValueChunks = 4;  // attention: rows x 16-dim chunks of V accumulated at once
+
+struct F16 { __m512 v; };   // 16 float32 lanes
+struct I16 { __m512i v; };  // 16 int32 lanes
+struct Q64 { __m512i v; };  // 16 lanes of 4 bytes: lane j holds row j's 4 consecutive k (int4 codes or int8)
+
+inline F16 fzero() { return {_mm512_setzero_ps()}; }
+inline F16 fset1(float x) { return {_mm512_set1_ps(x)}; }
+inline F16 fload(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline F16 fload(const at::BFloat16* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16))};
+}
+inline F16 fload(const at::Half* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
+inline __mmask16 first_n(int64_t n) { return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
+inline F16 fload_n(const float* p, int64_t n) { return {_mm512_maskz_loadu_ps(first_n(n), p)}; }
+inline void fstore(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
+inline __m512i bf16_bits(__m512 v) {  // round to nearest even as c10 does; NaN stays a quiet NaN
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+  r = _mm512_srli_epi32(r, 16);
+  return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+}
+inline void fstore(at::BFloat16* p, F16 a) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(a.v)));
+}
+inline void fstore_n(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first_n(n), a.v); }
+inline F16 round_bf16(F16 a) { return {_mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(a.v), 16))}; }
+
+inline F16 add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline F16 sub(F16 a, F16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline F16 mul(F16 a, F16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline F16 div(F16 a, F16 b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline F16 fmadd(F16 a, F16 b, F16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }  // a b + c, one rounding
+inline F16 fmax(F16 a, F16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline F16 fabs(F16 a) { return {_mm512_abs_ps(a.v)}; }
+inline F16 keep_first(F16 a, int64_t n) { return {_mm512_maskz_mov_ps(first_n(n), a.v)}; }  // lanes >= n: 0
+// lanes whose bit is set in `bits` become x
+inline F16 select_bits(F16 a, uint32_t bits, float x) {
+  return {_mm512_mask_mov_ps(a.v, static_cast<__mmask16>(bits), _mm512_set1_ps(x))};
+}
+
+// sum of the 16 lanes as ((x_i + x_{i+8}) + (.. + x_{i+4})) + ... : the tree every layer uses
+inline float reduce_add(F16 a) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a.v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1)));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+inline float reduce_max(F16 a) { return _mm512_reduce_max_ps(a.v); }
+// the sums of four vectors at once: out[j] = ((v_0 + v_2) + (v_1 + v_3)) of a_j, where v_L is the sum of
+// 128-bit lane L as (x_0 + x_2) + (x_1 + x_3)
+inline void reduce4(F16 a0, F16 a1, F16 a2, F16 a3, float* out) {
+  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0.v, a1.v), _mm512_unpackhi_ps(a0.v, a1.v));
+  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2.v, a3.v), _mm512_unpackhi_ps(a2.v, a3.v));
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 w = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_add_ps(w, _mm512_shuffle_f32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)))));
+}
+
+// exp(x), Cephes' expf polynomial (~1 ulp), x clamped to [-87, 88.75] (88.75 gives +inf)
+inline F16 fexp(F16 a) {
+  const __m512 x = _mm512_min_ps(_mm512_max_ps(a.v, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.75f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return {_mm512_scalef_ps(p, n)};
+}
+
+inline I16 izero() { return {_mm512_setzero_si512()}; }
+inline F16 to_float(I16 a) { return {_mm512_cvtepi32_ps(a.v)}; }
+inline I16 round_to_int(F16 a) { return {_mm512_cvtps_epi32(a.v)}; }  // nearest even
+inline int32_t isum(I16 a) { return _mm512_reduce_add_epi32(a.v); }
+inline void store_int8(int8_t* p, I16 a) {  // saturating
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(a.v));
+}
+
+// The 16 int4 codes of one k-quad of a weight tile (32 bytes: rows 0-7 in the low nibbles, 8-15 in the high).
+inline Q64 load_int4_quad(const uint8_t* p) {
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
+  return {_mm512_and_si512(both, _mm512_set1_epi8(0x0F))};
+}
+inline Q64 load_int8_quad(const int8_t* p) { return {_mm512_loadu_si512(p)}; }
+inline int32_t four_bytes(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+// acc_j += sum_k w[j][k] x[k] over a k-quad, w unsigned int4 codes (0..15), x int8
+inline I16 dot_int4(I16 acc, Q64 w, const int8_t* x) {
+  return {_mm512_dpbusd_epi32(acc.v, w.v, _mm512_set1_epi32(four_bytes(x)))};
+}
+// acc_j += sum_k (w[j][k] + kInt8Bias) x[k] over a k-quad, w signed int8 codes: VNNI multiplies unsigned by
+// signed bytes, so w is biased by 128 here; the kernel subtracts kInt8Bias sum(x) once per block (exact)
+constexpr int32_t kInt8Bias = 128;
+inline I16 dot_int8(I16 acc, Q64 w, const int8_t* x) {
+  const __m512i biased = _mm512_xor_si512(w.v, _mm512_set1_epi8(static_cast<char>(0x80)));
+  return {_mm512_dpbusd_epi32(acc.v, biased, _mm512_set1_epi32(four_bytes(x)))};
+}
+inline I16 isub_scalar(I16 a, int32_t x) { return {_mm512_sub_epi32(a.v, _mm512_set1_epi32(x))}; }
+
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }

@@ -1,0 +1,160 @@
+// radixlm's vector layer, portable C++ form: 16 lanes as arrays, plain loops the compiler may vectorize
+// (NEON on aarch64, SSE2 on baseline x86-64). This file is also the reference semantics of the layer:
+// the AVX2 and AVX512 forms give bit for bit the same results (fused multiply-adds are std::fma, float to
+// int conversions round to nearest even, reductions follow the trees written out below). The build uses
+// -ffp-contract=off, so the compiler never fuses on its own.
+
+constexpr int kIsa = 0;
+constexpr int kMaxRows = 4;
+constexpr int kValueRows = 2, kValueChunks = 4;  // attention: rows x 16-dim chunks of V accumulated at once
+
+struct F16 { float v[16]; };
+struct I16 { int32_t v[16]; };
+struct Q64 { int8_t b[64]; };  // lane j = bytes 4j .. 4j + 3 (int4 codes are 0..15)
+
+#define RADIXLM_LANES(expr) \
+  F16 r;                    \
+  for (int i = 0; i < 16; ++i) r.v[i] = (expr); \
+  return r
+
+inline F16 fzero() { RADIXLM_LANES(0.f); }
+inline F16 fset1(float x) { RADIXLM_LANES(x); }
+inline F16 fload(const float* p) { RADIXLM_LANES(p[i]); }
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline F16 fload(const at::BFloat16* p) { RADIXLM_LANES(bf16_to_float(p[i].x)); }
+inline F16 fload(const at::Half* p) { RADIXLM_LANES(static_cast<float>(p[i])); }
+inline F16 fload_n(const float* p, int64_t n) { RADIXLM_LANES(i < n ? p[i] : 0.f); }
+inline void fstore(float* p, F16 a) {
+  for (int i = 0; i < 16; ++i) p[i] = a.v[i];
+}
+inline uint16_t bf16_bits(float f) {  // round to nearest even as c10 does; NaN stays a quiet NaN
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>((bits + ((bits >> 16) & 1) + 0x7FFF) >> 16);
+}
+inline void fstore(at::BFloat16* p, F16 a) {
+  for (int i = 0; i < 16; ++i) p[i].x = bf16_bits(a.v[i]);
+}
+inline void fstore_n(float* p, F16 a, int64_t n) {
+  for (int i = 0; i < 16 && i < n; ++i) p[i] = a.v[i];
+}
+inline F16 round_bf16(F16 a) { RADIXLM_LANES(bf16_to_float(bf16_bits(a.v[i]))); }
+
+inline F16 add(F16 a, F16 b) { RADIXLM_LANES(a.v[i] + b.v[i]); }
+inline F16 sub(F16 a, F16 b) { RADIXLM_LANES(a.v[i] - b.v[i]); }
+inline F16 mul(F16 a, F16 b) { RADIXLM_LANES(a.v[i] * b.v[i]); }
+inline F16 div(F16 a, F16 b) { RADIXLM_LANES(a.v[i] / b.v[i]); }
+inline F16 fmadd(F16 a, F16 b, F16 c) { RADIXLM_LANES(std::fma(a.v[i], b.v[i], c.v[i])); }
+inline F16 fmax(F16 a, F16 b) { RADIXLM_LANES(a.v[i] > b.v[i] ? a.v[i] : b.v[i]); }  // b when unordered, as maxps
+inline F16 fabs(F16 a) { RADIXLM_LANES(std::fabs(a.v[i])); }
+inline F16 keep_first(F16 a, int64_t n) { RADIXLM_LANES(i < n ? a.v[i] : 0.f); }
+inline F16 select_bits(F16 a, uint32_t bits, float x) { RADIXLM_LANES((bits >> i) & 1 ? x : a.v[i]); }
+#undef RADIXLM_LANES
+
+// s8_i = x_i + x_{i+8}; s4_i = s8_i + s8_{i+4}; s2_i = s4_i + s4_{i+2}; s2_0 + s2_1
+inline float reduce_add(F16 a) {
+  float s8[8], s4[4];
+  for (int i = 0; i < 8; ++i) s8[i] = a.v[i] + a.v[i + 8];
+  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+inline float reduce_max(F16 a) {
+  float m = a.v[0];
+  for (int i = 1; i < 16; ++i) m = a.v[i] > m ? a.v[i] : m;
+  return m;
+}
+// per vector: v_L = (x_{4L} + x_{4L+2}) + (x_{4L+1} + x_{4L+3}) for the four 128-bit lanes, then
+// (v_0 + v_2) + (v_1 + v_3)
+inline void reduce4(F16 a0, F16 a1, F16 a2, F16 a3, float* out) {
+  const F16* a[4] = {&a0, &a1, &a2, &a3};
+  for (int j = 0; j < 4; ++j) {
+    float v[4];
+    for (int l = 0; l < 4; ++l) {
+      const float* x = a[j]->v + 4 * l;
+      v[l] = (x[0] + x[2]) + (x[1] + x[3]);
+    }
+    out[j] = (v[0] + v[2]) + (v[1] + v[3]);
+  }
+}
+
+inline float pow2(int32_t n) {  // 2^n for n in [-126, 128] (128 is +inf)
+  const uint32_t bits = static_cast<uint32_t>(n + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline float exp1(float a) {
+  const float x = std::fmin(std::fmax(a, -87.f), 88.75f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r + 1.f);
+  const int32_t ni = static_cast<int32_t>(n), half = ni >> 1;
+  return p * pow2(half) * pow2(ni - half);  // one rounding, as scalef
+}
+inline F16 fexp(F16 a) {
+  F16 r;
+  for (int i = 0; i < 16; ++i) r.v[i] = exp1(a.v[i]);
+  return r;
+}
+
+inline I16 izero() { return I16{}; }
+inline F16 to_float(I16 a) {
+  F16 r;
+  for (int i = 0; i < 16; ++i) r.v[i] = static_cast<float>(a.v[i]);
+  return r;
+}
+inline I16 round_to_int(F16 a) {
+  I16 r;
+  for (int i = 0; i < 16; ++i) r.v[i] = static_cast<int32_t>(std::nearbyint(a.v[i]));
+  return r;
+}
+inline int32_t isum(I16 a) {
+  int32_t s = 0;
+  for (int i = 0; i < 16; ++i) s += a.v[i];
+  return s;
+}
+inline void store_int8(int8_t* p, I16 a) {
+  for (int i = 0; i < 16; ++i) p[i] = static_cast<int8_t>(a.v[i] < -128 ? -128 : a.v[i] > 127 ? 127 : a.v[i]);
+}
+
+inline Q64 load_int4_quad(const uint8_t* p) {
+  Q64 q;
+  for (int i = 0; i < 32; ++i) {
+    q.b[i] = static_cast<int8_t>(p[i] & 15);
+    q.b[32 + i] = static_cast<int8_t>(p[i] >> 4);
+  }
+  return q;
+}
+inline Q64 load_int8_quad(const int8_t* p) {
+  Q64 q;
+  std::memcpy(q.b, p, 64);
+  return q;
+}
+inline I16 dot_int4(I16 acc, Q64 w, const int8_t* x) {
+  for (int j = 0; j < 16; ++j) {
+    const int8_t* c = w.b + 4 * j;
+    acc.v[j] += c[0] * x[0] + c[1] * x[1] + c[2] * x[2] + c[3] * x[3];
+  }
+  return acc;
+}
+constexpr int32_t kInt8Bias = 0;
+inline I16 dot_int8(I16 acc, Q64 w, const int8_t* x) { return dot_int4(acc, w, x); }  // exact either way
+inline I16 isub_scalar(I16 a, int32_t x) {
+  for (int i = 0; i < 16; ++i) a.v[i] -= x;
+  return a;
+}
+
+inline void prefetch(const void* p) { __builtin_prefetch(p); }
