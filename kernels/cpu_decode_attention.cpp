@@ -10,6 +10,7 @@
 // One task per (request, KV head): scores in float32, exact softmax (max, exp, sum) over the whole row.
 // Loop order keeps a KV head's shared prefix hot in L2 across the requests of one thread.
 #include "cpu_isa.h"
+#include "cpu_ops.h"
 
 namespace radixlm_cpu {
 
@@ -102,29 +103,6 @@ void decode_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
   });
 }
 
-at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
-                            const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa) {
-  check_isa(isa);
-  check_pool(q, k, v);
-  TORCH_CHECK(idx.dim() == 2 && idx.size(0) == q.size(0) && idx.is_contiguous() && idx.scalar_type() == at::kLong,
-              "idx must be a contiguous int64 [B, Ls] tensor");
-  TORCH_CHECK(counts.numel() == q.size(0) && counts.scalar_type() == at::kLong && counts.is_contiguous(),
-              "counts must be int64 [B]");
-  TORCH_CHECK(prefix.dim() == 1 && prefix.scalar_type() == at::kLong && prefix.is_contiguous(), "prefix must be int64 [P]");
-  TORCH_CHECK(member.numel() == q.size(0) && member.scalar_type() == at::kBool && member.is_contiguous(),
-              "member must be bool [B]");
-  at::Tensor out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
-  const bool bf16 = q.scalar_type() == at::kBFloat16;
-  if (q.size(2) == 64) {
-    bf16 ? decode_all<4, at::BFloat16>(q, k, v, idx, counts, prefix, member, out, isa)
-         : decode_all<4, float>(q, k, v, idx, counts, prefix, member, out, isa);
-  } else {
-    bf16 ? decode_all<8, at::BFloat16>(q, k, v, idx, counts, prefix, member, out, isa)
-         : decode_all<8, float>(q, k, v, idx, counts, prefix, member, out, isa);
-  }
-  return out;
-}
-
 constexpr int64_t kChunk = 16;  // query tokens a task: long prompts split across threads
 
 struct Task { int64_t req, c0, c1, q0; };
@@ -150,6 +128,31 @@ void extend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
       attend<DC, T>(isa, qd + at, qr, kd + h * k.stride(0), vd + h * k.stride(0), rows, scale, scratch, od + at);
     }
   });
+}
+
+}  // namespace
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
+                            const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa) {
+  check_isa(isa);
+  check_pool(q, k, v);
+  TORCH_CHECK(idx.dim() == 2 && idx.size(0) == q.size(0) && idx.is_contiguous() && idx.scalar_type() == at::kLong,
+              "idx must be a contiguous int64 [B, Ls] tensor");
+  TORCH_CHECK(counts.numel() == q.size(0) && counts.scalar_type() == at::kLong && counts.is_contiguous(),
+              "counts must be int64 [B]");
+  TORCH_CHECK(prefix.dim() == 1 && prefix.scalar_type() == at::kLong && prefix.is_contiguous(), "prefix must be int64 [P]");
+  TORCH_CHECK(member.numel() == q.size(0) && member.scalar_type() == at::kBool && member.is_contiguous(),
+              "member must be bool [B]");
+  at::Tensor out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  if (q.size(2) == 64) {
+    bf16 ? decode_all<4, at::BFloat16>(q, k, v, idx, counts, prefix, member, out, isa)
+         : decode_all<4, float>(q, k, v, idx, counts, prefix, member, out, isa);
+  } else {
+    bf16 ? decode_all<8, at::BFloat16>(q, k, v, idx, counts, prefix, member, out, isa)
+         : decode_all<8, float>(q, k, v, idx, counts, prefix, member, out, isa);
+  }
+  return out;
 }
 
 // Prefill / extend: request r's ext[r] new tokens (q rows start[r] ..) attend causally to its slots
@@ -184,7 +187,6 @@ at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return out;
 }
 
-}  // namespace
 }  // namespace radixlm_cpu
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {

@@ -23,7 +23,8 @@ import torch
 PATHS = ("portable", "avx2", "avx512", "avx512_bf16")  # the ops' isa argument is the index
 PATH_NAMES = {"portable": "portable C++", "avx2": "AVX2 + FMA + F16C", "avx512": "AVX512 (F, DQ, BW, VL, VNNI)",
               "avx512_bf16": "AVX512 with VNNI and BF16"}
-SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp")
+SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
+           "cpu_decoder_layer.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 log = logging.getLogger(__name__)

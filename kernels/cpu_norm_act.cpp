@@ -4,6 +4,7 @@
 //
 // x, residual [T, H], weight [H] in x's dtype (float32 or bfloat16), computed in float32 and rounded once.
 #include "cpu_isa.h"
+#include "cpu_ops.h"
 
 #define RADIXLM_BODY "cpu_norm_act_body.h"
 #include "cpu_foreach_isa.h"
@@ -32,6 +33,8 @@ void norm(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double
     });
   });
 }
+
+}  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, int64_t isa) {
   check_isa(isa);
@@ -70,7 +73,6 @@ at::Tensor silu_mul(const at::Tensor& gate_up, int64_t isa) {
   return out;
 }
 
-}  // namespace
 }  // namespace radixlm_cpu
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {

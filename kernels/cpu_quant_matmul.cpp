@@ -14,6 +14,7 @@
 //   its high nibble; d, mn float16 [N/16, K/32, 16]. sum_k w x = sum_g d_g a sum(q xq) + mn_g a sum(xq).
 // int8: w = s * q, q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k), s float32 [N].
 #include "cpu_isa.h"
+#include "cpu_ops.h"
 
 namespace radixlm_cpu {
 
@@ -49,6 +50,8 @@ QuantizedX quantize(const at::Tensor& x, int64_t isa) {
   at::parallel_for(0, x.size(0), 16, [&](int64_t r0, int64_t r1) { RADIXLM_ISA_CALL(isa, quantize_rows<T>, xd, r0, r1, xq); });
   return xq;
 }
+
+}  // namespace
 
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa) {
   check_isa(isa);
@@ -94,7 +97,6 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return y;
 }
 
-}  // namespace
 }  // namespace radixlm_cpu
 
 TORCH_LIBRARY(radixlm_cpu, m) {

@@ -59,12 +59,7 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
       I16 ip[MT];
-      for (int i = 0; i < MT; ++i) ip[i] = izero();
-#pragma GCC unroll 8
-      for (int kq = 8 * h; kq < 8 * h + 8; ++kq) {
-        const Q64 wq = load_int4_quad(wt + (b * 16 + kq) * 32);
-        for (int i = 0; i < MT; ++i) ip[i] = dot_int4(ip[i], wq, xs + i * k + b * kBlock + kq * 4);
-      }
+      dot_int4_group<MT>(wt + (2 * b + h) * 256, xs + b * kBlock + 32 * h, k, ip);
       const F16 dh = fload(dt + (2 * b + h) * 16);
       for (int i = 0; i < MT; ++i) both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
     }
@@ -90,11 +85,7 @@ void int8_tile(const int8_t* q, const float* s, int64_t n, int64_t tile, const Q
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   for (int64_t b = 0; b < nb; ++b) {
     I16 ip[MT];
-    for (int i = 0; i < MT; ++i) ip[i] = izero();
-    for (int kq = 0; kq < 16; ++kq) {
-      const Q64 wq = load_int8_quad(wt + (b * 16 + kq) * 64);
-      for (int i = 0; i < MT; ++i) ip[i] = dot_int8(ip[i], wq, xs + i * k + b * kBlock + kq * 4);
-    }
+    dot_int8_block<MT>(wt + b * 16 * 64, xs + b * kBlock, k, ip);
     for (int i = 0; i < MT; ++i) {
       const int64_t g = ((m0 + i) * nb + b) * 2;
       if (kInt8Bias != 0) ip[i] = isub_scalar(ip[i], kInt8Bias * (xq.s[g] + xq.s[g + 1]));

@@ -9,7 +9,6 @@ constexpr int kValueRows = 2, kValueChunks = 2;  // attention: rows x 16-dim chu
 
 struct F16 { __m256 lo, hi; };
 struct I16 { __m256i lo, hi; };
-struct Q64 { __m256i lo, hi; };  // rows 0-7 and 8-15, 4 bytes a row
 
 inline F16 fzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 inline F16 fset1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
@@ -135,32 +134,49 @@ inline void store_int8(int8_t* p, I16 a) {  // saturating
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1)));
 }
 
-inline Q64 load_int4_quad(const uint8_t* p) {
-  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  return {_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)};
-}
-inline Q64 load_int8_quad(const int8_t* p) {
-  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))};
-}
 inline int32_t four_bytes(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
 inline __m256i sum4(__m256i pairs16) { return _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1)); }
-// acc_j += sum_k w[j][k] x[k] over a k-quad; w int4 codes 0..15: maddubs' int16 pairs cannot saturate
-inline I16 dot_int4(I16 acc, Q64 w, const int8_t* x) {
-  const __m256i xb = _mm256_set1_epi32(four_bytes(x));
-  return {_mm256_add_epi32(acc.lo, sum4(_mm256_maddubs_epi16(w.lo, xb))),
-          _mm256_add_epi32(acc.hi, sum4(_mm256_maddubs_epi16(w.hi, xb)))};
+// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k], x_i = x + i k_stride.
+// int4 codes are 0..15, so maddubs' int16 pairs (at most 2 * 15 * 127) summed over the 8 k-quads (30,480)
+// stay in int16: one maddwd per group instead of one per k-quad.
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256i lo16[MT], hi16[MT];
+  for (int i = 0; i < MT; ++i) lo16[i] = hi16[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int kq = 0; kq < 8; ++kq) {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * kq));
+    const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+    for (int i = 0; i < MT; ++i) {
+      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+      lo16[i] = _mm256_add_epi16(lo16[i], _mm256_maddubs_epi16(lo, xb));
+      hi16[i] = _mm256_add_epi16(hi16[i], _mm256_maddubs_epi16(hi, xb));
+    }
+  }
+  for (int i = 0; i < MT; ++i) ip[i] = {sum4(lo16[i]), sum4(hi16[i])};
 }
 // signed int8 weights in [-127, 127], exact: |w| times x with w's sign (pairs at most 2 * 127 * 127)
+// ip[i]_j = sum over one block of 64 k (16 k-quads, 64 bytes each) of w[j][k] x_i[k], exact, for int8 w in
+// [-127, 127]: |w| times x with w's sign (pairs at most 2 * 127 * 127, so one maddwd per k-quad)
 constexpr int32_t kInt8Bias = 0;
-inline I16 dot_int8(I16 acc, Q64 w, const int8_t* x) {
-  const __m256i xb = _mm256_set1_epi32(four_bytes(x));
-  auto half = [&](__m256i wh) { return sum4(_mm256_maddubs_epi16(_mm256_sign_epi8(wh, wh), _mm256_sign_epi8(xb, wh))); };
-  return {_mm256_add_epi32(acc.lo, half(w.lo)), _mm256_add_epi32(acc.hi, half(w.hi))};
+template <int MT>
+inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int kq = 0; kq < 16; ++kq) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq + 32));
+    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+    for (int i = 0; i < MT; ++i) {
+      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+      ip[i].lo = _mm256_add_epi32(ip[i].lo, sum4(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0))));
+      ip[i].hi = _mm256_add_epi32(ip[i].hi, sum4(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1))));
+    }
+  }
 }
 inline I16 isub_scalar(I16 a, int32_t x) {
   const __m256i v = _mm256_set1_epi32(x);

@@ -9,7 +9,6 @@ constexpr int kValueRows = 4, kValueChunks = 4;  // attention: rows x 16-dim chu
 
 struct F16 { __m512 v; };   // 16 float32 lanes
 struct I16 { __m512i v; };  // 16 int32 lanes
-struct Q64 { __m512i v; };  // 16 lanes of 4 bytes: lane j holds row j's 4 consecutive k (int4 codes or int8)
 
 inline F16 fzero() { return {_mm512_setzero_ps()}; }
 inline F16 fset1(float x) { return {_mm512_set1_ps(x)}; }
@@ -92,28 +91,42 @@ inline void store_int8(int8_t* p, I16 a) {  // saturating
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(a.v));
 }
 
-// The 16 int4 codes of one k-quad of a weight tile (32 bytes: rows 0-7 in the low nibbles, 8-15 in the high).
-inline Q64 load_int4_quad(const uint8_t* p) {
-  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
-  return {_mm512_and_si512(both, _mm512_set1_epi8(0x0F))};
-}
-inline Q64 load_int8_quad(const int8_t* p) { return {_mm512_loadu_si512(p)}; }
 inline int32_t four_bytes(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
-// acc_j += sum_k w[j][k] x[k] over a k-quad, w unsigned int4 codes (0..15), x int8
-inline I16 dot_int4(I16 acc, Q64 w, const int8_t* x) {
-  return {_mm512_dpbusd_epi32(acc.v, w.v, _mm512_set1_epi32(four_bytes(x)))};
+// The 16 int4 codes of one k-quad of a weight tile (32 bytes: rows 0-7 in the low nibbles, 8-15 in the
+// high), one byte each: lane j (4 bytes) is row j's 4 consecutive k.
+inline __m512i int4_quad(const uint8_t* p) {
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
+  return _mm512_and_si512(both, _mm512_set1_epi8(0x0F));
 }
-// acc_j += sum_k (w[j][k] + kInt8Bias) x[k] over a k-quad, w signed int8 codes: VNNI multiplies unsigned by
-// signed bytes, so w is biased by 128 here; the kernel subtracts kInt8Bias sum(x) once per block (exact)
+// ip[i]_j = sum over one group of 32 k (8 k-quads of codes) of w[j][k] x_i[k], x_i = x + i k_stride (VNNI)
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+#pragma GCC unroll 8
+  for (int kq = 0; kq < 8; ++kq) {
+    const __m512i wq = int4_quad(codes + 32 * kq);
+    for (int i = 0; i < MT; ++i) {
+      ip[i].v = _mm512_dpbusd_epi32(ip[i].v, wq, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
+    }
+  }
+}
+// ip[i]_j = sum over one block of 64 k (16 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
+// multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per block
 constexpr int32_t kInt8Bias = 128;
-inline I16 dot_int8(I16 acc, Q64 w, const int8_t* x) {
-  const __m512i biased = _mm512_xor_si512(w.v, _mm512_set1_epi8(static_cast<char>(0x80)));
-  return {_mm512_dpbusd_epi32(acc.v, biased, _mm512_set1_epi32(four_bytes(x)))};
+template <int MT>
+inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int kq = 0; kq < 16; ++kq) {
+    const __m512i biased = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * kq), _mm512_set1_epi8(static_cast<char>(0x80)));
+    for (int i = 0; i < MT; ++i) {
+      ip[i].v = _mm512_dpbusd_epi32(ip[i].v, biased, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
+    }
+  }
 }
 inline I16 isub_scalar(I16 a, int32_t x) { return {_mm512_sub_epi32(a.v, _mm512_set1_epi32(x))}; }
 

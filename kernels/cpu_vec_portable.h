@@ -10,7 +10,6 @@ constexpr int kValueRows = 2, kValueChunks = 4;  // attention: rows x 16-dim chu
 
 struct F16 { float v[16]; };
 struct I16 { int32_t v[16]; };
-struct Q64 { int8_t b[64]; };  // lane j = bytes 4j .. 4j + 3 (int4 codes are 0..15)
 
 #define RADIXLM_LANES(expr) \
   F16 r;                    \
@@ -130,28 +129,35 @@ inline void store_int8(int8_t* p, I16 a) {
   for (int i = 0; i < 16; ++i) p[i] = static_cast<int8_t>(a.v[i] < -128 ? -128 : a.v[i] > 127 ? 127 : a.v[i]);
 }
 
-inline Q64 load_int4_quad(const uint8_t* p) {
-  Q64 q;
-  for (int i = 0; i < 32; ++i) {
-    q.b[i] = static_cast<int8_t>(p[i] & 15);
-    q.b[32 + i] = static_cast<int8_t>(p[i] >> 4);
+// ip[i]_j = sum over one group of 32 k (8 k-quads of int4 codes, 32 bytes each: byte p holds row p / 4's
+// k % 4 = p % 4 in its low nibble and row 8 + p / 4's in its high nibble) of w[j][k] x_i[k]
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) {
+    ip[i] = I16{};
+    for (int kq = 0; kq < 8; ++kq) {
+      const uint8_t* c = codes + 32 * kq;
+      const int8_t* xi = x + i * k_stride + 4 * kq;
+      for (int p = 0; p < 32; ++p) {
+        ip[i].v[p / 4] += (c[p] & 15) * xi[p % 4];
+        ip[i].v[8 + p / 4] += (c[p] >> 4) * xi[p % 4];
+      }
+    }
   }
-  return q;
 }
-inline Q64 load_int8_quad(const int8_t* p) {
-  Q64 q;
-  std::memcpy(q.b, p, 64);
-  return q;
-}
-inline I16 dot_int4(I16 acc, Q64 w, const int8_t* x) {
-  for (int j = 0; j < 16; ++j) {
-    const int8_t* c = w.b + 4 * j;
-    acc.v[j] += c[0] * x[0] + c[1] * x[1] + c[2] * x[2] + c[3] * x[3];
-  }
-  return acc;
-}
+// ip[i]_j = sum over one block of 64 k (16 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
-inline I16 dot_int8(I16 acc, Q64 w, const int8_t* x) { return dot_int4(acc, w, x); }  // exact either way
+template <int MT>
+inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) {
+    ip[i] = I16{};
+    for (int kq = 0; kq < 16; ++kq) {
+      const int8_t* w = q + 64 * kq;
+      const int8_t* xi = x + i * k_stride + 4 * kq;
+      for (int j = 0; j < 16; ++j) ip[i].v[j] += w[4 * j] * xi[0] + w[4 * j + 1] * xi[1] + w[4 * j + 2] * xi[2] + w[4 * j + 3] * xi[3];
+    }
+  }
+}
 inline I16 isub_scalar(I16 a, int32_t x) {
   for (int i = 0; i < 16; ++i) a.v[i] -= x;
   return a;

@@ -16,7 +16,7 @@ from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.messages import GenerateReq
 from radixlm.runtime.model.distributed import PlanBroadcaster
 from radixlm.runtime.model.llama import LlamaForCausalLM
-from radixlm.runtime.model.loader import load_for
+from radixlm.runtime.model.loader import load_for, resolve_quantization
 from radixlm.runtime.model.runner import ModelRunner
 from radixlm.runtime.request import Req
 from radixlm.runtime.request_builder import RequestLimits, build_requests
@@ -32,10 +32,12 @@ class EngineCore:
         if cfg.parallel.tp_size > 1 and tp_group is None:
             raise ValueError("tp_size > 1 runs in the server (radixlm serve --tp-size N), not in-process")
         if model is None:
-            files, model, dtype = load_for(cfg, progress=progress)
+            files, model, dtype, cfg = load_for(cfg, progress=progress)
             tokenizer = files.load_tokenizer()
         else:
             dtype = next(model.parameters()).dtype
+            kind, _ = resolve_quantization(cfg.load.quantization, None, next(model.parameters()).device)
+            cfg = cfg.replace(quantization=kind)
         self.config, self.model, self.tokenizer, self.dtype = cfg, model, tokenizer, dtype
         self.runner = ModelRunner(model, cfg, dtype)
         if tp_group is not None:  # every forward is broadcast to the other ranks first

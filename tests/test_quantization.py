@@ -162,3 +162,32 @@ def test_server_serves_int4_weights(server_process):
         assert srv.wait_idle()["running"] == 0
     finally:
         assert srv.stop() == 0
+
+
+def test_auto_quantization_follows_the_file(smol_files):
+    from radixlm.runtime.model.loader import resolve_quantization
+
+    cpu = torch.device("cpu")
+    assert resolve_quantization("auto", smol_files, cpu)[0] == "int4"  # the embedded file's layers are Q4_1
+    assert resolve_quantization("auto", None, cpu)[0] == "none"  # a model built in memory
+    assert resolve_quantization("int8", smol_files, cpu)[0] == "int8"
+    engine = Engine.from_model(random_model(TINY, seed=0), None, max_total_tokens=1024)
+    assert engine.model.layers[0].mlp.gate_up_proj.quant is None
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_gguf_int4_layers_load_as_their_own_blocks(smol_files, smol_model_fp32):
+    """A Q4_1 file's layers go straight to the int4 kernels' layout: dequantized, exactly the file's weights
+    (Q/K rows un-permuted like the dense path); with torch's kernels they are dequantized first."""
+    from radixlm.runtime.model.loader import load_model
+
+    model = load_model(smol_files, torch.bfloat16, progress=False, int4_blocks=True)
+    assert model.layers[0].self_attn.qkv_proj.blocks
+    quantize_model(model, "int4", keep_dense=False, isa=cpu_ext.resolve("auto"))
+    for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
+        got = model.layers[2].get_submodule(name)
+        assert got.weight is None and got.blocks is None
+        assert torch.equal(got.quant.dequantize(), smol_model_fp32.layers[2].get_submodule(name).weight)
+    dense = load_model(smol_files, torch.float32, progress=False, int4_blocks=True)
+    quantize_model(dense, "none", keep_dense=True)
+    assert torch.equal(dense.layers[2].mlp.down_proj.weight, smol_model_fp32.layers[2].mlp.down_proj.weight)

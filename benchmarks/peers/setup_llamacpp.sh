@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# llama.cpp in its own virtual environment outside the project: never a dependency of radixlm, never run in CI.
-#   bash benchmarks/peers/setup_llamacpp.sh [PEERS_DIR]      (default: ../peers beside the checkout)
-# 1. llama-cpp-python's Python server, built from source (about 10 minutes on 2 cores);
-# 2. llama.cpp's own C++ `llama-server`, built from the llama.cpp tree vendored in the same source
-#    distribution (native CPU flags; another 10-15 minutes), linked as PEERS_DIR/llama-server.
+# llama.cpp's C++ `llama-server`, built for this machine (GGML_NATIVE: the CPU's own instruction sets), outside
+# the project: never a dependency of radixlm, never run in CI.
+#   bash benchmarks/peers/setup_llamacpp.sh [PEERS_DIR] [--python]     (default: ../peers beside the checkout)
+# The llama.cpp tree comes from llama-cpp-python's source distribution on PyPI (it vendors one); the build
+# takes 10-15 minutes on 2 cores and is linked as PEERS_DIR/llama-server (its shared libraries stay beside
+# it). --python also installs llama-cpp-python's own (slower) Python server into PEERS_DIR/llama.
 set -euo pipefail
-DIR=${1:-$(cd "$(dirname "$0")/../../.." && pwd)/peers}
+DIR=$(cd "$(dirname "$0")/../../.." && pwd)/peers
+PYTHON_SERVER=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) PYTHON_SERVER=1 ;;
+    *) DIR=$arg ;;
+  esac
+done
+VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 mkdir -p "$DIR"
-python3 -m venv "$DIR/llama"
-CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$DIR/llama/bin/pip" install -q "llama-cpp-python[server]"
-VER=$("$DIR/llama/bin/python" -c "import llama_cpp; print(llama_cpp.__version__)")
 SRC="$DIR/llama-src"
 mkdir -p "$SRC"
-"$DIR/llama/bin/pip" download -q --no-deps --no-binary :all: -d "$SRC" "llama-cpp-python==$VER"
+python3 -m pip download -q --no-deps --no-binary :all: -d "$SRC" "llama-cpp-python==$VER"
 tar xzf "$SRC/llama_cpp_python-$VER.tar.gz" -C "$SRC"
 TREE="$SRC/llama_cpp_python-$VER/vendor/llama.cpp"
 cmake -S "$TREE" -B "$TREE/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
-cmake --build "$TREE/build" --target llama-server -j "$(nproc)"
-ln -sf "$TREE/build/bin/llama-server" "$DIR/llama-server"  # its shared libraries stay beside it
-echo "llama.cpp: $DIR/llama-server (C++), $DIR/llama/bin/python -m llama_cpp.server (Python)"
+cmake --build "$TREE/build" --target llama-server llama-bench -j "$(nproc)"
+ln -sf "$TREE/build/bin/llama-server" "$DIR/llama-server"
+ln -sf "$TREE/build/bin/llama-bench" "$DIR/llama-bench"
+echo "llama.cpp: $DIR/llama-server, $DIR/llama-bench (native: $(grep -m1 -o 'avx512[a-z_]*\|avx2' /proc/cpuinfo | head -1))"
+if [ "$PYTHON_SERVER" = 1 ]; then
+  python3 -m venv "$DIR/llama"
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$DIR/llama/bin/pip" install -q "llama-cpp-python[server]==$VER"
+  echo "llama-cpp-python: $DIR/llama/bin/python -m llama_cpp.server"
+fi

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,6 +20,7 @@ _ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM"
            "qwen2": ("Qwen2ForCausalLM", False)}
 _DEQUANTIZABLE = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
                   "Q5_K", "Q6_K", "Q8_K"}
+LAYER_WEIGHT = re.compile(r"blk\.\d+\.(attn_(q|k|v|output)|ffn_(gate|up|down))\.weight")  # the linear layers
 _NAMES = [
     (r"token_embd\.weight", "model.embed_tokens.weight"),
     (r"output_norm\.weight", "model.norm.weight"),
@@ -26,6 +31,42 @@ _NAMES = [
     (r"blk\.(\d+)\.attn_output\.weight", "model.layers.{0}.self_attn.o_proj.weight"),
     (r"blk\.(\d+)\.ffn_(gate|up|down)\.weight", "model.layers.{0}.mlp.{1}_proj.weight"),
 ]
+
+
+@dataclass(frozen=True)
+class Int4Blocks:
+    """A weight [N, K] as GGUF's 4-bit blocks of 32 hold it: w = d q + m per block, codes q in [0, 15]."""
+
+    q: torch.Tensor  # [N, K] uint8
+    d: torch.Tensor  # [N, K / 32] float16
+    m: torch.Tensor  # [N, K / 32] float16
+
+    @classmethod
+    def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> Int4Blocks:
+        """Q4_1 blocks are (d, m float16, 16 bytes of codes), Q4_0 blocks (d, 16 bytes), w = d (q - 8); a block's
+        byte j holds code j in its low nibble and code j + 16 in its high one."""
+        n, k = shape
+        width = 20 if qtype == "Q4_1" else 18
+        blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n * k // 32, width)
+        d = blocks[:, 0:2].copy().view(np.float16)[:, 0]
+        m = blocks[:, 2:4].copy().view(np.float16)[:, 0] if qtype == "Q4_1" else (-8 * d.astype(np.float32)).astype(np.float16)
+        qs = blocks[:, width - 16:]
+        q = np.concatenate((qs & 15, qs >> 4), axis=1).reshape(n, k)
+        return cls(torch.from_numpy(q), torch.from_numpy(d.reshape(n, k // 32).copy()),
+                   torch.from_numpy(m.reshape(n, k // 32).copy()))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.q.shape)
+
+    def take_rows(self, index: torch.Tensor) -> Int4Blocks:
+        return Int4Blocks(self.q[index], self.d[index], self.m[index])
+
+    def dequantize(self) -> torch.Tensor:
+        """-> w [N, K] float32."""
+        n, k = self.q.shape
+        w = self.q.float().view(n, k // 32, 32) * self.d.float()[..., None] + self.m.float()[..., None]
+        return w.view(n, k)
 
 
 class GGUFModel:
@@ -71,8 +112,14 @@ class GGUFModel:
     def num_tensors(self) -> int:
         return len(self.reader.tensors)
 
-    def weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield (HF name, dequantized tensor) pairs; Q/K rows are un-permuted back to HF's rotary layout."""
+    def layer_types(self) -> frozenset[str]:
+        """The GGUF types of the decoder layers' linear weights (attention and MLP projections)."""
+        return frozenset(t.tensor_type.name for t in self.reader.tensors if LAYER_WEIGHT.fullmatch(t.name))
+
+    def weights(self, dtype: torch.dtype, int4_blocks: bool = False) -> Iterator[tuple[str, torch.Tensor | Int4Blocks]]:
+        """Yield (HF name, tensor) pairs, dequantized, or with ``int4_blocks`` the Q4_0 / Q4_1 linear weights as
+        their own codes and scales (Int4Blocks, exact, no float round trip); Q/K rows are un-permuted back
+        to HF's rotary layout."""
         import gguf
 
         cfg, permuted = self.config, _ARCHES[self.meta["general.architecture"]][1]
@@ -81,21 +128,58 @@ class GGUFModel:
             if qtype not in _DEQUANTIZABLE:
                 raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
             name = _hf_name(t.name)
-            data = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-            if not data.flags.writeable:  # F32 tensors come back as views of the read-only memory map
-                data = data.copy()
-            w = torch.from_numpy(data.reshape([int(d) for d in reversed(t.shape)]))
+            shape = [int(d) for d in reversed(t.shape)]
+            if int4_blocks and qtype in ("Q4_0", "Q4_1") and LAYER_WEIGHT.fullmatch(t.name):
+                w = Int4Blocks.from_gguf(np.asarray(t.data), qtype, shape)
+            else:
+                data = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+                if not data.flags.writeable:  # F32 tensors come back as views of the read-only memory map
+                    data = data.copy()
+                w = torch.from_numpy(data.reshape(shape)).to(dtype)
             if permuted and name.endswith(("q_proj.weight", "q_proj.bias")):
                 w = _unpermute(w, cfg.num_heads)
             elif permuted and name.endswith(("k_proj.weight", "k_proj.bias")):
                 w = _unpermute(w, cfg.num_kv_heads)
-            yield name, w.to(dtype)
+            yield name, w
 
     def load_tokenizer(self):
+        """transformers' tokenizer for the file; its conversion from GGUF metadata is slow (15 s for SmolLM2 on
+        2 cores), so the result is kept in the cache folder (cache_dir()) keyed by the file and transformers."""
         from transformers import AutoTokenizer
 
+        cached = os.path.join(cache_dir(), "tokenizers", self._tokenizer_key())
+        if os.path.isfile(os.path.join(cached, "tokenizer.json")):
+            return AutoTokenizer.from_pretrained(cached)
         folder, name = os.path.split(self.path)
-        return AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        _save_atomically(tokenizer, cached)
+        return tokenizer
+
+    def _tokenizer_key(self) -> str:
+        import transformers
+
+        st = os.stat(self.path)
+        ident = f"{os.path.abspath(self.path)}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}"
+        return hashlib.sha256(ident.encode()).hexdigest()[:24]
+
+
+def cache_dir() -> str:
+    """radixlm's cache folder: $RADIXLM_CACHE_DIR, else ~/.cache/radixlm."""
+    return os.environ.get("RADIXLM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "radixlm")
+
+
+def _save_atomically(tokenizer, folder: str) -> None:
+    """save_pretrained into a fresh folder beside ``folder``, then renamed to it: processes loading at once
+    never see a half-written one. Without a writable cache (or when another process won) nothing is kept."""
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(folder), exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=os.path.dirname(folder))
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, folder)
+    except OSError:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _field_value(field):
@@ -113,7 +197,8 @@ def _hf_name(name: str) -> str:
     raise ValueError(f"model: unknown GGUF tensor {name!r}")
 
 
-def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
+def _unpermute(w: torch.Tensor | Int4Blocks, n_head: int) -> torch.Tensor | Int4Blocks:
     """Undo llama.cpp's Q/K row permutation (interleaved rotary pairs -> HF's rotate-half halves)."""
     rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+    order = torch.arange(rows).reshape(n_head, rows // n_head // 2, 2).transpose(1, 2).reshape(-1)
+    return w.take_rows(order) if isinstance(w, Int4Blocks) else w[order]

@@ -14,6 +14,7 @@ from torch import nn
 
 from radixlm.kernels import cpu_norm_act
 from radixlm.kernels.rmsnorm import rmsnorm_triton
+from radixlm.runtime.model.gguf_file import Int4Blocks
 from radixlm.runtime.model.quantization import QuantWeight
 
 
@@ -110,17 +111,38 @@ def linear(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
 
 
 class QuantizableLinear(nn.Module):
-    """A linear layer whose weight [N, K] can be swapped for its quantized form (``quantize``)."""
+    """A linear layer whose weight [N, K] can be swapped for its quantized form (``quantize``). A GGUF file's
+    4-bit blocks may be loaded instead of a dense weight (``blocks``, one per stacked sub-matrix): quantize
+    then takes them as they are, or materialize writes them into the dense weight."""
 
     weight: torch.Tensor | None
     quant: QuantWeight | None = None
+    blocks: dict[int, Int4Blocks] | None = None
 
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path."""
-        self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, isa)
+        fits = self.weight.shape[0] % 16 == 0 and self.weight.shape[1] % 64 == 0
+        if self.blocks and kind == "int4" and isa is not None and fits:
+            b = [self.blocks[i] for i in sorted(self.blocks)]
+            q, d, m = (torch.cat([getattr(x, f) for x in b]) for f in ("q", "d", "m"))
+            self.quant = QuantWeight.from_int4_codes(q, d, m, self.weight.dtype, isa)
+        if self.quant is None:
+            self.materialize()
+            self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, isa)
+        self.blocks = None
         if not keep_dense or self.quant.replaces_dense:
             self.weight = None
+
+    def load_blocks(self, shard: int, blocks: Int4Blocks) -> None:
+        self.blocks = {**(self.blocks or {}), shard: blocks}
+
+    def materialize(self) -> None:
+        """Loaded 4-bit blocks -> the dense weight (dequantized)."""
+        if self.blocks:
+            for shard, b in sorted(self.blocks.items()):
+                self.load(shard, "weight", b.dequantize().to(self.weight.dtype))
+        self.blocks = None
 
 
 class ColumnParallelLinear(QuantizableLinear):
@@ -141,8 +163,11 @@ class ColumnParallelLinear(QuantizableLinear):
     def even(cls, in_features: int, out_sizes: list[int], bias: bool, tp: TPInfo) -> ColumnParallelLinear:
         return cls(in_features, [split_range(s, tp.rank, tp.size) for s in out_sizes], bias)
 
-    def load(self, shard: int, name: str, w: torch.Tensor) -> None:
+    def load(self, shard: int, name: str, w: torch.Tensor | Int4Blocks) -> None:
         start, size = self.parts[shard]
+        if isinstance(w, Int4Blocks):  # this rank's rows of sub-matrix `shard`
+            self.load_blocks(shard, w.take_rows(torch.arange(start, start + size)))
+            return
         target = self.weight if name == "weight" else self.bias
         offset = sum(n for _, n in self.parts[:shard])
         target.data[offset:offset + size].copy_(w[start:start + size])
@@ -159,7 +184,13 @@ class RowParallelLinear(QuantizableLinear):
         self.tp, self.start = tp, part[0]
         self.weight = nn.Parameter(torch.empty(out_features, part[1]), requires_grad=False)
 
-    def load(self, shard: int, name: str, w: torch.Tensor) -> None:
+    def load(self, shard: int, name: str, w: torch.Tensor | Int4Blocks) -> None:
+        if isinstance(w, Int4Blocks):
+            if self.tp.size > 1:  # the columns would split groups of 32: take the dense weight
+                w = w.dequantize().to(self.weight.dtype)
+            else:
+                self.load_blocks(0, w)
+                return
         self.weight.data.copy_(w[:, self.start:self.start + self.weight.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -65,6 +65,15 @@ class QuantWeight:
         return cls(kind, data, scales.to(act_dtype), n, k, QUANT_MAX_ROWS[kind], act_dtype)
 
     @classmethod
+    def from_int4_codes(cls, q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, act_dtype: torch.dtype,
+                        isa: int) -> QuantWeight:
+        """A 4-bit weight given as its codes q [N, K] in [0, 15] with d, mn [N, K / 32] (w = d q + mn per group,
+        GGUF's Q4_1 form) -> the native backend's layout, exactly."""
+        n, k = q.shape
+        codes, d16, mn16 = native.pack_int4(q, d, mn)
+        return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
+
+    @classmethod
     def _quantize_native(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype, isa: int) -> QuantWeight:
         n, k = w.shape
         if kind == "int8":
@@ -168,6 +177,9 @@ def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, isa: int
     if kind not in QUANT_KINDS:
         raise ValueError(f"quantization must be one of {QUANT_KINDS}, got {kind!r}")
     if kind == "none":
+        for module in model.modules():
+            if hasattr(module, "materialize"):
+                module.materialize()
         return
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError(f"quantization {kind!r} runs on the CPU only (torch's weight-only CPU kernels)")

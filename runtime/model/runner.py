@@ -12,6 +12,7 @@ from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.kv.pool import KVPool, PageAllocator, ReqToTokenPool
 from radixlm.runtime.model.attention import make_backend, resolve_backend
 from radixlm.runtime.model.attention.cpu_decode import native_fits
+from radixlm.runtime.model.fused import FusedLayers, fusable
 from radixlm.runtime.model.layers import HeadShard
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.quantization import quantize_model
@@ -44,12 +45,15 @@ class ModelRunner:
         for module in model.modules():
             if hasattr(module, "cpu_isa"):
                 module.cpu_isa = self.cpu_isa
-        self.graphs = self.compiled = None
+        self.graphs = self.compiled = self.fused = None
+        bits = fusable(model) if attention_isa is not None else None
         if self.device.type == "cpu" and config.execution.enable_torch_compile:
             from radixlm.runtime.model.cpu_graph import CompiledDecode
 
             self.compiled = CompiledDecode(model, self.pool, min(config.execution.torch_compile_max_bs,
                                                                  config.scheduler.max_running_requests), attention_isa)
+        elif bits is not None:  # every batch through radixlm's fused decoder layers: no graph to compile
+            self.fused = FusedLayers(model, bits, self.pool.k_buffer, self.pool.v_buffer, attention_isa)
         if self.device.type == "cuda" and self.backend_name == "triton" and not config.execution.disable_cuda_graph:
             from radixlm.runtime.model.cuda_graph import DecodeGraphs
 
@@ -84,6 +88,8 @@ class ModelRunner:
                 return self.graphs.run(batch)
         batch.attn_backend = self.backend
         self.backend.prepare(batch)
+        if self.fused is not None:
+            return self.fused.run(batch)
         if self.compiled is not None and self.compiled.can_run(batch):
             return self.compiled.run(batch)
         return self.model(batch)

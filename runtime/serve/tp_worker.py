@@ -32,7 +32,7 @@ def run_tp_worker(cfg: EngineConfig, rank: int, tp_addr: str, paths: IpcPaths | 
     name = tp_process_name(rank)
     try:
         group = init_tp_group(tp_addr, rank, cfg.parallel.tp_size)
-        _, model, dtype = load_for(cfg, rank, progress=False)
+        _, model, dtype, cfg = load_for(cfg, rank, progress=False)
         runner = ModelRunner(model, cfg, dtype)
     except Exception as e:  # startup failure: report it, like the scheduler does
         if ready is not None:

@@ -1,0 +1,84 @@
+"""A quantized model's CPU forward as one C++ op per decoder layer (kernels/cpu_decoder_layer.cpp).
+
+Eager decode with torch's ops runs ~25 ops a layer, each with Python and dispatch around it, which cost
+more than the int4 matmuls themselves; a compiled graph removes that at the price of a compile at startup.
+The fused layer removes it without one: a decode step is the embedding, one call per layer, the final norm
+and the LM head. Every kernel in it gives a row the same bits whatever the batch, so the model's output for
+a request does not depend on the requests batched with it, nor on whether its prefix came from the cache.
+
+It takes models whose linear layers all run radixlm's quantized kernels (int4 or int8, one kind) on one
+rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every batch then.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixlm.runtime.batch import ForwardBatch
+from radixlm.runtime.model.attention.cpu_decode import DecodeMeta
+from radixlm.runtime.model.llama import LlamaForCausalLM
+
+PROJECTIONS = ("qkv", "o", "gate_up", "down")
+
+
+def _linears(layer) -> dict:
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"qkv": attn.qkv_proj, "o": attn.o_proj, "gate_up": mlp.gate_up_proj, "down": mlp.down_proj}
+
+
+def fusable(model: LlamaForCausalLM) -> int | None:
+    """The bits (4 or 8) of a model the fused layers can run, else None."""
+    if model.tp.size != 1 or not model.layers:
+        return None
+    kinds = {lin.quant.kind if lin.quant is not None and lin.quant.backend == "native" and lin.weight is None else None
+             for layer in model.layers for lin in _linears(layer).values()}
+    if len(kinds) != 1 or None in kinds:
+        return None
+    return 4 if kinds == {"int4"} else 8
+
+
+class FusedLayers:
+    def __init__(self, model: LlamaForCausalLM, bits: int, k_buffer: list[torch.Tensor], v_buffer: list[torch.Tensor],
+                 isa: int) -> None:
+        self.model, self.bits, self.isa = model, bits, isa
+        self.k_buffer, self.v_buffer = k_buffer, v_buffer
+        self.eps = model.cfg.rms_norm_eps
+        self.num_heads = model.layers[0].self_attn.num_heads
+        self.weights = [self._layer_weights(layer) for layer in model.layers]
+
+    def _layer_weights(self, layer) -> list[torch.Tensor]:
+        """The op's 15 weights: norm1, qkv (3), qkv bias, o (3), norm2, gate_up (3), down (3)."""
+        lin = _linears(layer)
+        dtype = layer.input_layernorm.weight.dtype
+
+        def quant(name: str) -> list[torch.Tensor]:
+            q = lin[name].quant
+            return [q.data, q.scales, q.mins if q.mins is not None else torch.empty(0)]
+
+        bias = lin["qkv"].bias if lin["qkv"].bias is not None else torch.empty(0, dtype=dtype)
+        return [layer.input_layernorm.weight, *quant("qkv"), bias, *quant("o"), layer.post_attention_layernorm.weight,
+                *quant("gate_up"), *quant("down")]
+
+    @torch.inference_mode()
+    def run(self, batch: ForwardBatch) -> torch.Tensor:
+        """A batch the attention backend has prepared -> logits [len(batch.logit_rows), vocab] float32."""
+        model = self.model
+        x = model.embed_tokens(batch.input_ids)
+        residual = torch.zeros_like(x)
+        cos, sin = model.rotary.cos[batch.positions], model.rotary.sin[batch.positions]  # [T, D / 2] float32
+        rows, lens, ext = self._attention_args(batch)
+        op = torch.ops.radixlm_cpu.decoder_layer
+        for i, weights in enumerate(self.weights[: batch.num_layers]):
+            x = op(x, residual, weights, self.bits, self.eps, cos, sin, self.k_buffer[i], self.v_buffer[i],
+                   batch.out_cache_loc, rows, lens, ext, self.num_heads, self.isa)
+        x, residual = x[batch.logit_rows], residual[batch.logit_rows]
+        x, _ = model.norm(x, residual)
+        return model.lm_head.logits(x)
+
+    @staticmethod
+    def _attention_args(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(rows, lens, ext_lens) of cpu_decoder_layer: decode (ext_lens empty) or extend."""
+        meta = batch.attn_meta
+        if isinstance(meta, DecodeMeta):
+            return meta.idx.view(batch.batch_size, -1), meta.native[0], torch.empty(0, dtype=torch.int64)
+        return meta

@@ -1,0 +1,74 @@
+"""The fused CPU decoder layers (one C++ op a layer, runtime/model/fused.py): used for quantized models on
+radixlm's kernels, close to the same model on torch's ops, and a request's results are the same bits alone,
+in a batch, from the radix cache or recomputed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from radixlm.kernels import cpu_ext
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.model.loader import random_model
+
+from .conftest import TINY
+
+pytestmark = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+HEAD64 = dataclasses.replace(TINY, num_heads=4, num_kv_heads=2, head_dim=64, hidden_size=128)
+GREEDY = {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True}
+
+
+def engine(quantization: str = "int4", **extra) -> Engine:
+    return Engine.from_model(random_model(HEAD64, seed=0), None, quantization=quantization, max_total_tokens=4096,
+                             check_invariants=True, **extra)
+
+
+def run(e: Engine, prompts, start: int = 0) -> list[dict]:
+    """Greedy results with prompt logprobs from position ``start`` (the cache serves only what precedes it)."""
+    out = e.generate(input_ids=prompts, sampling_params=GREEDY, return_logprob=True, logprob_start_len=start)
+    return out if isinstance(out, list) else [out]
+
+
+def scores(result: dict) -> list:
+    meta = result["meta_info"]
+    return [meta["input_token_logprobs"], meta["output_token_logprobs"], result["output_ids"]]
+
+
+@pytest.mark.parametrize("quantization", ["int4", "int8"])
+def test_quantized_models_run_fused_like_the_layer_by_layer_model(quantization):
+    """The fused layers against the same model run layer by layer in Python on the same kernels (float32:
+    only the rotary embedding's rounding differs, which can move an int8 activation code by one), prompt
+    logprobs and greedy tokens."""
+    fused, eager = engine(quantization), engine(quantization)
+    eager.runner.fused = None
+    assert fused.runner.fused is not None and engine(quantization, cpu_kernels="torch").runner.fused is None
+    prompts = [[(7 * j) % 250 for j in range(40)], [3, 4, 5]]
+    for got, want in zip(run(fused, prompts), run(eager, prompts), strict=True):
+        lp_got = torch.tensor([x[0] for x in got["meta_info"]["input_token_logprobs"][1:]])
+        lp_want = torch.tensor([x[0] for x in want["meta_info"]["input_token_logprobs"][1:]])
+        assert (lp_got - lp_want).abs().mean() < 1e-3 and (lp_got - lp_want).abs().max() < 1e-2
+        assert got["output_ids"] == want["output_ids"]
+    fused.check_invariants()
+
+
+def test_dense_or_unfit_models_do_not_run_fused():
+    assert engine("none").runner.fused is None
+    assert Engine.from_model(random_model(TINY, seed=0), None, quantization="int4").runner.fused is None  # head dim 16
+
+
+def test_a_request_is_the_same_alone_batched_cached_or_chunked():
+    """Bit-identical prompt logprobs (of the last tokens) and output logprobs: alone, in a batch of mixed
+    requests, after its prefix was cached by another request, and with chunked prefill of 7 tokens."""
+    prefix = [(5 * j + 1) % 250 for j in range(50)]
+    target, start = prefix + [3, 1, 4, 1, 5], len(prefix) + 1
+    others = [[(11 * j) % 250 for j in range(n)] for n in (9, 33, 70)] + [prefix + [9, 9]]
+    alone = scores(run(engine(), [target], start)[0])
+    batched = run(engine(), [others[0], target, *others[1:]], start)
+    assert scores(batched[1]) == alone
+    cached = engine()
+    run(cached, [prefix + [2]])  # puts the prefix in the radix tree
+    hit = run(cached, [target], start)[0]
+    assert hit["meta_info"]["cached_tokens"] >= len(prefix) and scores(hit) == alone
+    assert scores(run(engine(chunked_prefill_size=7), [target], start)[0]) == alone
