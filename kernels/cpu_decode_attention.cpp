@@ -12,31 +12,6 @@
 #include "cpu_isa.h"
 #include "cpu_ops.h"
 
-namespace radixlm_cpu {
-
-struct Rows {  // where one task's keys / values are: a shared prefix's slots, then its own
-  const int64_t* prefix;
-  int64_t prefix_len;
-  const int64_t* own;
-  int64_t len;  // prefix_len + own count
-  int64_t slot(int64_t t) const { return t < prefix_len ? prefix[t] : own[t - prefix_len]; }
-};
-
-struct QueryRows {  // row r of a task's queries (or outputs): base + (r / g) * token_stride + (r % g) * D
-  int64_t n, g, token_stride;
-  int64_t offset(int64_t r, int64_t d) const { return (r / g) * token_stride + (r % g) * d; }
-};
-
-struct Scratch {
-  std::vector<float> scores, inv_sum;
-  std::vector<uint16_t> probs;
-};
-
-}  // namespace radixlm_cpu
-
-using radixlm_cpu::QueryRows;
-using radixlm_cpu::Rows;
-using radixlm_cpu::Scratch;
 #define RADIXLM_BODY "cpu_attention_body.h"
 #include "cpu_foreach_isa.h"
 
@@ -66,6 +41,21 @@ void attend(int64_t isa, const T* q, const QueryRows& qr, const T* kh, const T* 
   RADIXLM_ISA_CALL(isa, attend_rows<DC>, q, qr, kh, vh, rows, scale, scratch, out, qr);
 }
 
+template <int DC, typename T>
+void run_typed(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+               at::Tensor& out, int64_t i0, int64_t i1, Scratch& scratch, int64_t isa) {
+  const T* qd = q.data_ptr<T>();
+  const T* kd = k.data_ptr<T>();
+  const T* vd = v.data_ptr<T>();
+  T* od = out.data_ptr<T>();
+  const float scale = 1.f / std::sqrt(static_cast<float>(DC * 16));
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttentionTask& t = tasks[i];
+    const int64_t off = t.head * k.stride(0);
+    attend<DC, T>(isa, qd + t.at, t.qr, kd + off, vd + off, t.rows, scale, scratch, od + t.at);
+  }
+}
+
 void check_pool(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   TORCH_CHECK(q.dim() == 3 && q.is_contiguous(), "q must be a contiguous [T, Hq, D] tensor");
   TORCH_CHECK(k.dim() == 3 && k.stride(2) == 1 && k.stride(1) == q.size(2) && v.strides() == k.strides() &&
@@ -76,61 +66,74 @@ void check_pool(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   TORCH_CHECK(q.size(1) % k.size(0) == 0 && q.size(1) / k.size(0) <= 16, "query heads must be 1-16 per KV head");
 }
 
-template <int DC, typename T>
-void decode_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
-                const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, at::Tensor& out,
-                int64_t isa) {
-  const int64_t b_count = q.size(0), hq = q.size(1), hkv = k.size(0), ls = idx.size(1);
-  const int64_t d = DC * 16, g_count = hq / hkv, head_stride = k.stride(0);
-  const T* qd = q.data_ptr<T>();
-  const T* kd = k.data_ptr<T>();
-  const T* vd = v.data_ptr<T>();
-  const int64_t* id = idx.data_ptr<int64_t>();
-  const int64_t* cd = counts.data_ptr<int64_t>();
-  const bool* md = member.data_ptr<bool>();
-  T* od = out.data_ptr<T>();
-  const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  at::parallel_for(0, hkv * b_count, 1, [&](int64_t begin, int64_t end) {
+at::Tensor run_all(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
+                   const at::Tensor& v, int64_t isa) {
+  at::Tensor out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
+  at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t i0, int64_t i1) {
     Scratch scratch;
-    for (int64_t task = begin; task < end; ++task) {  // head-major: a head's prefix stays in cache
-      const int64_t h = task / b_count, b = task % b_count;
-      const int64_t pre = md[b] ? prefix.size(0) : 0;
-      const Rows rows{prefix.data_ptr<int64_t>(), pre, id + b * ls, pre + cd[b]};
-      const QueryRows qr{1, g_count, hq * d};
-      const int64_t at = (b * hq + h * g_count) * d;
-      attend<DC, T>(isa, qd + at, qr, kd + h * head_stride, vd + h * head_stride, rows, scale, scratch, od + at);
-    }
+    run_attention(tasks, q, k, v, out, i0, i1, scratch, isa);
   });
+  return out;
 }
 
-constexpr int64_t kChunk = 16;  // query tokens a task: long prompts split across threads
-
-struct Task { int64_t req, c0, c1, q0; };
-
-template <int DC, typename T>
-void extend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table,
-                const int64_t* seq, const int64_t* ext, const std::vector<Task>& tasks, at::Tensor& out, int64_t isa) {
-  const int64_t hq = q.size(1), hkv = k.size(0), d = DC * 16, g = hq / hkv;
-  const T* qd = q.data_ptr<T>();
-  const T* kd = k.data_ptr<T>();
-  const T* vd = v.data_ptr<T>();
-  T* od = out.data_ptr<T>();
-  const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  const int64_t n_tasks = static_cast<int64_t>(tasks.size());
-  at::parallel_for(0, n_tasks * hkv, 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch;
-    for (int64_t i = begin; i < end; ++i) {
-      const Task& t = tasks[i / hkv];
-      const int64_t h = i % hkv;
-      const Rows rows{nullptr, 0, table.data_ptr<int64_t>() + t.req * table.stride(0), seq[t.req] - ext[t.req] + t.c1};
-      const QueryRows qr{t.c1 - t.c0, g, hq * d};
-      const int64_t at = (t.q0 + t.c0) * hq * d + h * g * d;
-      attend<DC, T>(isa, qd + at, qr, kd + h * k.stride(0), vd + h * k.stride(0), rows, scale, scratch, od + at);
-    }
-  });
-}
+constexpr int64_t kChunk = 16;  // query tokens an extend task: long prompts split across threads
 
 }  // namespace
+
+// Decode: one task per (request, KV head), head-major so that a head's shared prefix stays in cache.
+std::vector<AttentionTask> decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& idx,
+                                        const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member) {
+  const int64_t b_count = q.size(0), hq = q.size(1), hkv = k.size(0), ls = idx.size(1), d = q.size(2), g = hq / hkv;
+  const int64_t* id = idx.data_ptr<int64_t>();
+  const int64_t* cd = counts.data_ptr<int64_t>();
+  const bool* md = member.defined() ? member.data_ptr<bool>() : nullptr;  // undefined: no shared prefix
+  const int64_t* pd = md != nullptr ? prefix.data_ptr<int64_t>() : nullptr;
+  std::vector<AttentionTask> tasks;
+  tasks.reserve(hkv * b_count);
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < b_count; ++b) {
+      const int64_t pre = md != nullptr && md[b] ? prefix.size(0) : 0;
+      tasks.push_back({Rows{pd, pre, id + b * ls, pre + cd[b]}, QueryRows{1, g, hq * d}, (b * hq + h * g) * d, h});
+    }
+  }
+  return tasks;
+}
+
+// Extend: request r's ext[r] new tokens attend causally to its slots table[r, :seq[r]] (its cached prefix,
+// then the new tokens, already stored); tasks of kChunk tokens x one KV head.
+std::vector<AttentionTask> extend_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& table,
+                                        const at::Tensor& seq_lens, const at::Tensor& ext_lens) {
+  const int64_t hq = q.size(1), hkv = k.size(0), d = q.size(2), g = hq / hkv;
+  const int64_t* seq = seq_lens.data_ptr<int64_t>();
+  const int64_t* ext = ext_lens.data_ptr<int64_t>();
+  std::vector<AttentionTask> tasks;
+  int64_t q0 = 0;
+  for (int64_t r = 0; r < table.size(0); ++r) {
+    TORCH_CHECK(ext[r] >= 1 && ext[r] <= seq[r] && seq[r] <= table.size(1), "request ", r, ": bad lengths");
+    for (int64_t c0 = 0; c0 < ext[r]; c0 += kChunk) {
+      const int64_t c1 = std::min(ext[r], c0 + kChunk);
+      for (int64_t h = 0; h < hkv; ++h) {
+        tasks.push_back({Rows{nullptr, 0, table.data_ptr<int64_t>() + r * table.stride(0), seq[r] - ext[r] + c1},
+                         QueryRows{c1 - c0, g, hq * d}, (q0 + c0) * hq * d + h * g * d, h});
+      }
+    }
+    q0 += ext[r];
+  }
+  TORCH_CHECK(q0 == q.size(0), "q has ", q.size(0), " rows; the requests extend by ", q0);
+  return tasks;
+}
+
+void run_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
+                   const at::Tensor& v, at::Tensor& out, int64_t i0, int64_t i1, Scratch& scratch, int64_t isa) {
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  if (q.size(2) == 64) {
+    bf16 ? run_typed<4, at::BFloat16>(tasks, q, k, v, out, i0, i1, scratch, isa)
+         : run_typed<4, float>(tasks, q, k, v, out, i0, i1, scratch, isa);
+  } else {
+    bf16 ? run_typed<8, at::BFloat16>(tasks, q, k, v, out, i0, i1, scratch, isa)
+         : run_typed<8, float>(tasks, q, k, v, out, i0, i1, scratch, isa);
+  }
+}
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
                             const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa) {
@@ -143,20 +146,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   TORCH_CHECK(prefix.dim() == 1 && prefix.scalar_type() == at::kLong && prefix.is_contiguous(), "prefix must be int64 [P]");
   TORCH_CHECK(member.numel() == q.size(0) && member.scalar_type() == at::kBool && member.is_contiguous(),
               "member must be bool [B]");
-  at::Tensor out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
-  const bool bf16 = q.scalar_type() == at::kBFloat16;
-  if (q.size(2) == 64) {
-    bf16 ? decode_all<4, at::BFloat16>(q, k, v, idx, counts, prefix, member, out, isa)
-         : decode_all<4, float>(q, k, v, idx, counts, prefix, member, out, isa);
-  } else {
-    bf16 ? decode_all<8, at::BFloat16>(q, k, v, idx, counts, prefix, member, out, isa)
-         : decode_all<8, float>(q, k, v, idx, counts, prefix, member, out, isa);
-  }
-  return out;
+  return run_all(decode_tasks(q, k, idx, counts, prefix, member), q, k, v, isa);
 }
 
-// Prefill / extend: request r's ext[r] new tokens (q rows start[r] ..) attend causally to its slots
-// table[r, :seq[r]] (its cached prefix, then the new tokens, already stored).
 at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table,
                             const at::Tensor& seq_lens, const at::Tensor& ext_lens, int64_t isa) {
   check_isa(isa);
@@ -165,26 +157,7 @@ at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k, const at::
   TORCH_CHECK(seq_lens.scalar_type() == at::kLong && ext_lens.scalar_type() == at::kLong && seq_lens.is_contiguous() &&
               ext_lens.is_contiguous() && seq_lens.numel() == table.size(0) && ext_lens.numel() == table.size(0),
               "seq_lens and ext_lens must be int64 [R]");
-  const int64_t* seq = seq_lens.data_ptr<int64_t>();
-  const int64_t* ext = ext_lens.data_ptr<int64_t>();
-  std::vector<Task> tasks;
-  int64_t q0 = 0;
-  for (int64_t r = 0; r < table.size(0); ++r) {
-    TORCH_CHECK(ext[r] >= 1 && ext[r] <= seq[r] && seq[r] <= table.size(1), "request ", r, ": bad lengths");
-    for (int64_t c0 = 0; c0 < ext[r]; c0 += kChunk) tasks.push_back({r, c0, std::min(ext[r], c0 + kChunk), q0});
-    q0 += ext[r];
-  }
-  TORCH_CHECK(q0 == q.size(0), "q has ", q.size(0), " rows; the requests extend by ", q0);
-  at::Tensor out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
-  const bool bf16 = q.scalar_type() == at::kBFloat16;
-  if (q.size(2) == 64) {
-    bf16 ? extend_all<4, at::BFloat16>(q, k, v, table, seq, ext, tasks, out, isa)
-         : extend_all<4, float>(q, k, v, table, seq, ext, tasks, out, isa);
-  } else {
-    bf16 ? extend_all<8, at::BFloat16>(q, k, v, table, seq, ext, tasks, out, isa)
-         : extend_all<8, float>(q, k, v, table, seq, ext, tasks, out, isa);
-  }
-  return out;
+  return run_all(extend_tasks(q, k, table, seq_lens, ext_lens), q, k, v, isa);
 }
 
 }  // namespace radixlm_cpu

@@ -22,6 +22,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_types.h"
+
 namespace radixlm_cpu {
 
 enum Isa : int64_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };

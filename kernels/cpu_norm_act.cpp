@@ -20,28 +20,35 @@ void check_rows(const at::Tensor& x, const at::Tensor& w) {
               "weight must be [H] in x's dtype");
 }
 
-void norm(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double eps, at::Tensor& out, int64_t isa) {
-  dispatch_float_bf16(x, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const T* xd = x.data_ptr<T>();
-    T* rd = residual != nullptr ? residual->data_ptr<T>() : nullptr;
-    const T* wd = w.data_ptr<T>();
-    T* od = out.data_ptr<T>();
-    const int64_t h = x.size(1);
-    at::parallel_for(0, x.size(0), 8, [&](int64_t r0, int64_t r1) {
-      RADIXLM_ISA_CALL(isa, rms_norm_rows<T>, xd, rd, wd, r0, r1, h, static_cast<float>(eps), od);
-    });
-  });
+at::Tensor norm(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double eps, int64_t isa) {
+  at::Tensor out = at::empty_like(x);
+  at::parallel_for(0, x.size(0), 8, [&](int64_t r0, int64_t r1) { rms_norm_range(x, residual, w, eps, r0, r1, out, isa); });
+  return out;
 }
 
 }  // namespace
 
+void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double eps, int64_t r0, int64_t r1,
+                    at::Tensor& out, int64_t isa) {
+  dispatch_float_bf16(x, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* rd = residual != nullptr ? residual->data_ptr<T>() : nullptr;
+    RADIXLM_ISA_CALL(isa, rms_norm_rows<T>, x.data_ptr<T>(), rd, w.data_ptr<T>(), r0, r1, x.size(1),
+                     static_cast<float>(eps), out.data_ptr<T>());
+  });
+}
+
+void silu_mul_range(const at::Tensor& gate_up, int64_t r0, int64_t r1, at::Tensor& out, int64_t isa) {
+  dispatch_float_bf16(gate_up, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    RADIXLM_ISA_CALL(isa, silu_mul_rows<T>, gate_up.data_ptr<T>(), r0, r1, gate_up.size(1) / 2, out.data_ptr<T>());
+  });
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, int64_t isa) {
   check_isa(isa);
   check_rows(x, w);
-  at::Tensor out = at::empty_like(x);
-  norm(x, nullptr, w, eps, out, isa);
-  return out;
+  return norm(x, nullptr, w, eps, isa);
 }
 
 // residual += x in place, then -> rms_norm(residual).
@@ -50,9 +57,7 @@ at::Tensor add_rms_norm_(const at::Tensor& x, at::Tensor& residual, const at::Te
   check_rows(x, w);
   TORCH_CHECK(residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() && residual.is_contiguous(),
               "residual must be a contiguous tensor of x's shape and dtype");
-  at::Tensor out = at::empty_like(x);
-  norm(x, &residual, w, eps, out, isa);
-  return out;
+  return norm(x, &residual, w, eps, isa);
 }
 
 // gate_up [T, 2I] (gate first) -> silu(gate) * up [T, I].
@@ -62,14 +67,8 @@ at::Tensor silu_mul(const at::Tensor& gate_up, int64_t isa) {
               "gate_up must be a contiguous [T, 2I] tensor with I a multiple of 16");
   TORCH_CHECK(gate_up.scalar_type() == at::kFloat || gate_up.scalar_type() == at::kBFloat16,
               "gate_up must be float32 or bfloat16");
-  const int64_t t = gate_up.size(0), inter = gate_up.size(1) / 2;
-  at::Tensor out = at::empty({t, inter}, gate_up.options());
-  dispatch_float_bf16(gate_up, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const T* in = gate_up.data_ptr<T>();
-    T* o = out.data_ptr<T>();
-    at::parallel_for(0, t, 4, [&](int64_t r0, int64_t r1) { RADIXLM_ISA_CALL(isa, silu_mul_rows<T>, in, r0, r1, inter, o); });
-  });
+  at::Tensor out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options());
+  at::parallel_for(0, gate_up.size(0), 4, [&](int64_t r0, int64_t r1) { silu_mul_range(gate_up, r0, r1, out, isa); });
   return out;
 }
 

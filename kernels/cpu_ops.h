@@ -1,19 +1,47 @@
-// radixlm's C++ CPU ops as C++ functions, for the ops built from them (the fused decoder layer). Each is
-// registered as torch.ops.radixlm_cpu.<name> by its own file; isa is the kernel path (cpu_isa.h).
+// radixlm's C++ CPU ops as C++ functions, for the ops built from them (the fused decoder layer): the whole
+// ops, and the parts of them one thread runs over a range (rows, weight tiles, attention tasks) inside a
+// parallel region of the caller's. Each op is registered as torch.ops.radixlm_cpu.<name> by its own file;
+// isa is the kernel path (cpu_isa.h). The range functions check nothing: the caller has.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
+#include "cpu_types.h"
+
 namespace radixlm_cpu {
+
+// A quantized weight: int4 (bits 4: codes, d, mn) or int8 (bits 8: q, s; mins unused).
+struct QuantWeightRef {
+  int64_t bits;
+  at::Tensor data, scales, mins;
+  int64_t n() const;  // output rows
+  int64_t k() const;  // input columns
+};
 
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s, int64_t isa);
+void quantize_range(const at::Tensor& x, int64_t r0, int64_t r1, const QuantizedX& xq, int64_t isa);  // rows [r0, r1)
+void linear_tiles(const QuantWeightRef& w, const QuantizedX& xq, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa);
+
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
                             const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa);
 at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table,
                             const at::Tensor& seq_lens, const at::Tensor& ext_lens, int64_t isa);
+std::vector<AttentionTask> decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& idx,
+                                        const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member);
+std::vector<AttentionTask> extend_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& table,
+                                        const at::Tensor& seq_lens, const at::Tensor& ext_lens);
+void run_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
+                   const at::Tensor& v, at::Tensor& out, int64_t i0, int64_t i1, Scratch& scratch, int64_t isa);
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, int64_t isa);
 at::Tensor add_rms_norm_(const at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps, int64_t isa);
 at::Tensor silu_mul(const at::Tensor& gate_up, int64_t isa);
+// rows [r0, r1): residual += x, out = rms_norm(residual) * w (residual may be undefined: out = rms_norm(x) * w)
+void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double eps, int64_t r0, int64_t r1,
+                    at::Tensor& out, int64_t isa);
+void silu_mul_range(const at::Tensor& gate_up, int64_t r0, int64_t r1, at::Tensor& out, int64_t isa);
 
 }  // namespace radixlm_cpu

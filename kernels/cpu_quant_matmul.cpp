@@ -16,20 +16,6 @@
 #include "cpu_isa.h"
 #include "cpu_ops.h"
 
-namespace radixlm_cpu {
-
-// x quantized per 64-block: q [M, K] int8, a [M, K / 64], s (int32) and t = a * s (float) [M, K / 32].
-struct QuantizedX {
-  std::vector<int8_t> q;
-  std::vector<float> a, t;
-  std::vector<int32_t> s;
-  int64_t k = 0, nb = 0;
-  QuantizedX(int64_t m, int64_t k_) : q(m * k_), a(m * (k_ / 64)), t(m * (k_ / 32)), s(m * (k_ / 32)), k(k_), nb(k_ / 64) {}
-};
-
-}  // namespace radixlm_cpu
-
-using radixlm_cpu::QuantizedX;
 #define RADIXLM_BODY "cpu_quant_matmul_body.h"
 #include "cpu_foreach_isa.h"
 
@@ -43,58 +29,63 @@ void check_x(const at::Tensor& x, int64_t k) {
               " (a multiple of 64)");
 }
 
-template <typename T>
-QuantizedX quantize(const at::Tensor& x, int64_t isa) {
-  QuantizedX xq(x.size(0), x.size(1));
-  const T* xd = x.data_ptr<T>();
-  at::parallel_for(0, x.size(0), 16, [&](int64_t r0, int64_t r1) { RADIXLM_ISA_CALL(isa, quantize_rows<T>, xd, r0, r1, xq); });
-  return xq;
+void check_weight(const QuantWeightRef& w) {
+  if (w.bits == 4) {
+    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf && w.mins.scalar_type() == at::kHalf,
+                "int4 weight: uint8 codes with float16 scales and minimums");
+    TORCH_CHECK(w.data.numel() * 2 == w.n() * w.k() && w.mins.sizes() == w.scales.sizes() && w.data.is_contiguous() &&
+                w.scales.is_contiguous() && w.mins.is_contiguous(), "int4 weight: codes, scales and minimums disagree");
+  } else {
+    TORCH_CHECK(w.n() % 16 == 0, "int8 weight rows must be a multiple of 16, got ", w.n());
+    TORCH_CHECK(w.data.scalar_type() == at::kChar && w.scales.scalar_type() == at::kFloat && w.data.is_contiguous() &&
+                w.scales.is_contiguous(), "int8 weight: int8 with float32 scales");
+  }
+}
+
+at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
+  check_isa(isa);
+  check_weight(w);
+  check_x(x, w.k());
+  QuantizedXBuffer buffer(x.size(0), x.size(1));
+  const QuantizedX& xq = buffer.view;
+  at::parallel_for(0, x.size(0), 16, [&](int64_t r0, int64_t r1) { quantize_range(x, r0, r1, xq, isa); });
+  at::Tensor y = at::empty({x.size(0), w.n()}, x.options());
+  at::parallel_for(0, w.n() / 16, 4, [&](int64_t t0, int64_t t1) { linear_tiles(w, xq, t0, t1, y, isa); });
+  return y;
 }
 
 }  // namespace
 
-at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa) {
-  check_isa(isa);
-  const int64_t n = d.size(0) * 16, k = d.size(1) * 32, m = x.size(0);
-  check_x(x, k);
-  TORCH_CHECK(w.scalar_type() == at::kByte && d.scalar_type() == at::kHalf && mn.scalar_type() == at::kHalf,
-              "int4 weight: uint8 codes with float16 scales and minimums");
-  TORCH_CHECK(w.numel() * 2 == n * k && mn.sizes() == d.sizes() && w.is_contiguous() && d.is_contiguous() &&
-              mn.is_contiguous(), "int4 weight: codes, scales and minimums disagree");
-  at::Tensor y = at::empty({m, n}, x.options());
+int64_t QuantWeightRef::n() const { return bits == 4 ? scales.size(0) * 16 : scales.size(0); }
+int64_t QuantWeightRef::k() const { return bits == 4 ? scales.size(1) * 32 : data.numel() / std::max<int64_t>(n(), 1); }
+
+void quantize_range(const at::Tensor& x, int64_t r0, int64_t r1, const QuantizedX& xq, int64_t isa) {
   dispatch_float_bf16(x, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    const QuantizedX xq = quantize<T>(x, isa);
-    const auto* codes = w.data_ptr<uint8_t>();
-    const auto* dd = d.data_ptr<at::Half>();
-    const auto* md = mn.data_ptr<at::Half>();
-    T* out = y.data_ptr<T>();
-    at::parallel_for(0, n / 16, 4, [&](int64_t t0, int64_t t1) {
-      RADIXLM_ISA_CALL(isa, int4_tiles<T>, codes, dd, md, n, t0, t1, xq, m, out);
-    });
+    RADIXLM_ISA_CALL(isa, quantize_rows<T>, x.data_ptr<T>(), r0, r1, xq);
   });
-  return y;
+}
+
+void linear_tiles(const QuantWeightRef& w, const QuantizedX& xq, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa) {
+  const int64_t m = y.size(0), n = y.size(1);
+  dispatch_float_bf16(y, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if (w.bits == 4) {
+      RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
+                       w.mins.data_ptr<at::Half>(), n, t0, t1, xq, m, y.data_ptr<T>());
+    } else {
+      RADIXLM_ISA_CALL(isa, int8_tiles<T>, w.data.data_ptr<int8_t>(), w.scales.data_ptr<float>(), n, t0, t1, xq, m,
+                       y.data_ptr<T>());
+    }
+  });
+}
+
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa) {
+  return linear(x, QuantWeightRef{4, w, d, mn}, isa);
 }
 
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s, int64_t isa) {
-  check_isa(isa);
-  const int64_t n = s.size(0), k = w.numel() / std::max<int64_t>(n, 1), m = x.size(0);
-  TORCH_CHECK(n % 16 == 0, "int8 weight rows must be a multiple of 16, got ", n);
-  check_x(x, k);
-  TORCH_CHECK(w.scalar_type() == at::kChar && s.scalar_type() == at::kFloat && w.is_contiguous() && s.is_contiguous(),
-              "int8 weight: int8 with float32 scales");
-  at::Tensor y = at::empty({m, n}, x.options());
-  dispatch_float_bf16(x, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const QuantizedX xq = quantize<T>(x, isa);
-    const auto* q = w.data_ptr<int8_t>();
-    const float* sd = s.data_ptr<float>();
-    T* out = y.data_ptr<T>();
-    at::parallel_for(0, n / 16, 4, [&](int64_t t0, int64_t t1) {
-      RADIXLM_ISA_CALL(isa, int8_tiles<T>, q, sd, n, t0, t1, xq, m, out);
-    });
-  });
-  return y;
+  return linear(x, QuantWeightRef{8, w, s, s}, isa);
 }
 
 }  // namespace radixlm_cpu

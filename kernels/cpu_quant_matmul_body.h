@@ -11,7 +11,7 @@ constexpr int kPrefetch = 8;  // groups of 32 ahead (256 bytes of int4 codes eac
 // x rows [r0, r1) quantized per 64-block: q int8, a = max|x| / 127 per block, s = sum(q) per group of 32,
 // t = a * s per group (int4's minimum term).
 template <typename T>
-void quantize_rows(const T* x, int64_t r0, int64_t r1, QuantizedX& out) {
+void quantize_rows(const T* x, int64_t r0, int64_t r1, const QuantizedX& out) {
   const int64_t k = out.k, nb = out.nb;
   for (int64_t i = r0; i < r1; ++i) {
     for (int64_t b = 0; b < nb; ++b) {
@@ -27,7 +27,7 @@ void quantize_rows(const T* x, int64_t r0, int64_t r1, QuantizedX& out) {
       const F16 inv = fset1(mx > 0.f ? 127.f / mx : 0.f);
       I16 iv[4];
       for (int j = 0; j < 4; ++j) iv[j] = round_to_int(mul(v[j], inv));
-      int8_t* dst = out.q.data() + i * k + b * kBlock;
+      int8_t* dst = out.q + i * k + b * kBlock;
       for (int j = 0; j < 4; ++j) store_int8(dst + 16 * j, iv[j]);
       const int32_t s0 = isum(iv[0]) + isum(iv[1]), s1 = isum(iv[2]) + isum(iv[3]);
       const int64_t g = (i * nb + b) * 2;
@@ -49,7 +49,7 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
   const uint8_t* wt = codes + tile * (k / 4) * 32;
   const at::Half* dt = d + tile * g_count * 16;
   const at::Half* mt = mn + tile * g_count * 16;
-  const int8_t* xs = xq.q.data() + m0 * k;
+  const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
@@ -65,7 +65,7 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
     }
     const F16 n0 = fload(mt + 2 * b * 16), n1 = fload(mt + (2 * b + 1) * 16);
     for (int i = 0; i < MT; ++i) {
-      const float* t = xq.t.data() + ((m0 + i) * nb + b) * 2;
+      const float* t = xq.t + ((m0 + i) * nb + b) * 2;
       acc[i] = fmadd(both[i], fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
       acc[i] = fmadd(n0, fset1(t[0]), acc[i]);
       acc[i] = fmadd(n1, fset1(t[1]), acc[i]);
@@ -80,7 +80,7 @@ template <int MT, typename T>
 void int8_tile(const int8_t* q, const float* s, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0, T* y) {
   const int64_t k = xq.k, nb = xq.nb;
   const int8_t* wt = q + tile * (k / 4) * 64;
-  const int8_t* xs = xq.q.data() + m0 * k;
+  const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   for (int64_t b = 0; b < nb; ++b) {

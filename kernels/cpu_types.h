@@ -1,0 +1,73 @@
+// Types the kernel bodies and the ops of several files share: quantized activations, and where an attention
+// task's keys and query rows are. Included by cpu_isa.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace radixlm_cpu {
+
+// x quantized per 64-block for the int4 / int8 matmuls: q [M, K] int8, a [M, K / 64] (the block's scale),
+// s (int32) and t = a * s (float) [M, K / 32] per group of 32. A view of memory its owner keeps.
+struct QuantizedX {
+  int8_t* q;
+  float* a;
+  float* t;
+  int32_t* s;
+  int64_t k, nb;
+
+  // bytes of the buffers for m rows of k columns (each 64-byte aligned), and a view of them at base
+  static int64_t bytes(int64_t m, int64_t k) { return aligned(m * k) + aligned(m * k / 64 * 4) + 2 * aligned(m * k / 32 * 4); }
+  static QuantizedX at(void* base, int64_t m, int64_t k) {
+    char* p = static_cast<char*>(base);
+    int8_t* q = reinterpret_cast<int8_t*>(p);
+    float* a = reinterpret_cast<float*>(p += aligned(m * k));
+    float* t = reinterpret_cast<float*>(p += aligned(m * k / 64 * 4));
+    int32_t* s = reinterpret_cast<int32_t*>(p + aligned(m * k / 32 * 4));
+    return {q, a, t, s, k, k / 64};
+  }
+  static int64_t aligned(int64_t n) { return (n + 63) / 64 * 64; }
+};
+
+// A QuantizedX owning its memory.
+struct QuantizedXBuffer {
+  std::vector<char> memory;
+  QuantizedX view;
+  QuantizedXBuffer(int64_t m, int64_t k) : memory(QuantizedX::bytes(m, k) + 64), view(QuantizedX::at(align(), m, k)) {}
+  QuantizedXBuffer(const QuantizedXBuffer&) = delete;
+  QuantizedXBuffer& operator=(const QuantizedXBuffer&) = delete;
+  void* align() { return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) / 64 * 64); }
+};
+
+struct Rows {  // where one attention task's keys / values are: a shared prefix's slots, then its own
+  const int64_t* prefix;
+  int64_t prefix_len;
+  const int64_t* own;
+  int64_t len;  // prefix_len + own count
+  int64_t slot(int64_t t) const { return t < prefix_len ? prefix[t] : own[t - prefix_len]; }
+};
+
+struct QueryRows {  // row r of a task's queries (or outputs): base + (r / g) * token_stride + (r % g) * D
+  int64_t n, g, token_stride;
+  int64_t offset(int64_t r, int64_t d) const { return (r / g) * token_stride + (r % g) * d; }
+};
+
+struct Scratch {  // one thread's working memory for attention tasks
+  std::vector<float> scores, inv_sum;
+  std::vector<uint16_t> probs;
+};
+
+// One attention task: n query tokens x the G query heads of KV head `head`, their rows starting at element
+// `at` of q and of the output.
+struct AttentionTask {
+  Rows rows;
+  QueryRows qr;
+  int64_t at, head;
+};
+
+}  // namespace radixlm_cpu
+
+using radixlm_cpu::QuantizedX;
+using radixlm_cpu::QueryRows;
+using radixlm_cpu::Rows;
+using radixlm_cpu::Scratch;
