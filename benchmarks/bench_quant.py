@@ -1,72 +1,88 @@
-"""Weight-only quantization on the CPU, all in one run: the 30 layers' matmuls per token (kernels alone: torch's
-and radixlm's AVX512-VNNI ones), the 49k-row int8 LM head, and decode speed of the whole engine per weight
-format, eager and with the compiled decode step (``--enable-torch-compile``), with torch's ops
-(``--cpu-kernels torch``) and radixlm's C++ kernels (auto), as ratios against eager bfloat16.
+"""Weights and kernels on the CPU, all in one run: the 30 layers' matmuls per token on torch's kernels and on each
+path of radixlm's (portable, avx2, avx512... whatever this CPU has), the 49k-row int8 LM head, and decode speed
+of the whole engine per configuration, as ratios against dense bfloat16 on torch's ops in the same run.
 
-    python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 4] [--batch 1 8] [--rows 1 8 16 64 800]
+    python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 3] [--batch 1 8] [--rows 1 8 64 800]
+                                     [--out benchmarks/results/FILE.json]
 
 Kernels: SmolLM2's four linear shapes x 30 distinct layers (so weights stream from memory, as in a real
 step), median of 15 passes. Engine: greedy, ``ignore_eos``, a ~64-token prompt per request, best of
-``--repeats`` runs (the prompt is cached after the first, so this is decode speed).
+``--repeats`` runs (the prompt is cached after the first, so this is decode speed), each configuration in a
+process of its own. "default" is plain ``Engine()``: the file's int4 layers on the fused decoder layers.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import multiprocessing
+import os
+import sys
 import time
 
 import torch
 
-from radixlm.runtime.engine import Engine
-from radixlm.runtime.model.quantization import QuantWeight
+sys.path.insert(0, os.path.dirname(__file__))
+from radixlm.kernels import cpu_ext  # noqa: E402
+from radixlm.runtime.engine import Engine  # noqa: E402
+from radixlm.runtime.model.quantization import QuantWeight  # noqa: E402
+
+from common import cpu_description  # noqa: E402
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down (N, K)
+ENGINES = {  # name -> Engine options
+    "float32, torch's ops": {"dtype": "float32", "quantization": "none", "cpu_kernels": "torch"},
+    "bfloat16, torch's ops": {"quantization": "none", "cpu_kernels": "torch"},
+    "int4, torch's kernels": {"quantization": "int4", "cpu_kernels": "torch"},
+    "int4, torch's kernels, compiled": {"quantization": "int4", "cpu_kernels": "torch", "enable_torch_compile": True},
+    "int4, radixlm's kernels, compiled": {"quantization": "int4", "enable_torch_compile": True},
+    "int8, radixlm's fused layers": {"quantization": "int8"},
+    "default (int4, radixlm's fused layers)": {},
+}
 
 
-def layer_matmuls_ms(kind: str, rows: int, kernels: str = "torch", layers: int = 30) -> float:
+def median_ms(step, n: int = 15) -> float:
+    step()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[n // 2] * 1e3
+
+
+def layer_matmuls_ms(kind: str, rows: int, path: str) -> float:
+    """30 layers' four matmuls; kind bf16 (torch's dense matmul), int8 or int4 on path (torch or radixlm's)."""
     gen = torch.Generator().manual_seed(0)
+    isa = None if path == "torch" else cpu_ext.PATHS.index(path)
     weights = []
-    for _ in range(layers):
+    for _ in range(30):
         for n, k in SHAPES:
             w = torch.randn(n, k, generator=gen, dtype=torch.float32).to(torch.bfloat16)
-            weights.append(w if kind == "bf16" else QuantWeight.quantize(w, kind, torch.bfloat16, kernels))
+            weights.append((w, k) if kind == "bf16" else (QuantWeight.quantize(w, kind, torch.bfloat16, isa), k))
     xs = {k: torch.randn(rows, k, dtype=torch.bfloat16) for _, k in SHAPES}
 
-    def step() -> float:
-        t = time.perf_counter()
-        for w in weights:
-            x = xs[w.shape[1] if kind == "bf16" else _in_features(w)]
-            torch.nn.functional.linear(x, w) if kind == "bf16" else w.matmul(x)
-        return time.perf_counter() - t
+    def step() -> None:
+        for w, k in weights:
+            torch.nn.functional.linear(xs[k], w) if kind == "bf16" else w.matmul(xs[k])
 
-    step()
-    return sorted(step() for _ in range(15))[7] * 1e3
+    return median_ms(step)
 
 
-def _in_features(w: QuantWeight) -> int:
-    return w.in_features
-
-
-def lm_head_ms(rows: int, kernels: str) -> float:
-    """The int8 49,152 x 576 head (SmolLM2's tied embedding), median of 15 calls."""
+def lm_head_ms(rows: int, path: str) -> float:
+    """The int8 49,152 x 576 head (SmolLM2's tied embedding)."""
     w = torch.randn(49152, 576, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
-    q, x = QuantWeight.quantize(w, "int8", torch.bfloat16, kernels), torch.randn(rows, 576, dtype=torch.bfloat16)
-    times = []
-    for _ in range(16):
-        t = time.perf_counter()
-        q.matmul(x)
-        times.append(time.perf_counter() - t)
-    return sorted(times[1:])[7] * 1e3
+    q = QuantWeight.quantize(w, "int8", torch.bfloat16, None if path == "torch" else cpu_ext.PATHS.index(path))
+    x = torch.randn(rows, 576, dtype=torch.bfloat16)
+    return median_ms(lambda: q.matmul(x))
 
 
-def engine_tok_s(dtype: str, quantization: str, compiled: bool, kernels: str, batches: list[int], new_tokens: int,
-                 repeats: int) -> list[float]:
-    """Decode tok/s of one engine at each batch size."""
-    engine = Engine(progress=False, dtype=dtype, quantization=quantization, enable_torch_compile=compiled,
-                    cpu_kernels=kernels)
-    speeds = []
+def engine_tok_s(options: dict, batches: list[int], new_tokens: int, repeats: int) -> dict:
+    """Decode tok/s at each batch size, and the startup time."""
+    t = time.perf_counter()
+    engine = Engine(progress=False, **options)
+    out = {"startup_s": time.perf_counter() - t}
     for batch in batches:
         prompts = [f"Question {i}: write a long story about a dragon number {i} and a knight. " * 4
                    for i in range(batch)]
@@ -77,50 +93,57 @@ def engine_tok_s(dtype: str, quantization: str, compiled: bool, kernels: str, ba
             t = time.perf_counter()
             engine.generate(prompts, sp)
             best = min(best, time.perf_counter() - t)
-        speeds.append(batch * new_tokens / best)
-    return speeds
+        out[str(batch)] = batch * new_tokens / best
+    return out
 
 
 def in_child(fn, *args):
-    """fn(*args) in a fresh process: engines left in one process (their compiled graphs, pools and torch
-    threads) slowed the later ones (the compiled int4 row with radixlm's kernels, ninth engine of the
-    process: 55 tok/s at batch 1; alone in a process: 123-130, 2026-11-30)."""
+    """fn(*args) in a fresh process: engines left in one process (their graphs, pools and threads) slowed the
+    later ones."""
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
         return pool.submit(fn, *args).result()
 
 
+def kernel_tables(rows: list[int]) -> dict:
+    paths = ["torch", *cpu_ext.supported()]
+    table = {}
+    print("| 30 layers' matmuls (ms) | " + " | ".join(f"{r} row(s)" for r in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for kind, path in [("bf16", "torch")] + [(k, p) for k in ("int8", "int4") for p in paths]:
+        name = "bf16 dense (torch)" if kind == "bf16" else f"{kind} ({path})"
+        table[name] = [layer_matmuls_ms(kind, r, path) for r in rows]
+        print(f"| {name} | " + " | ".join(f"{v:.1f}" for v in table[name]) + " |")
+    for path in paths:
+        name = f"int8 LM head ({path})"
+        table[name] = [lm_head_ms(r, path) for r in rows]
+        print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in table[name]) + " |")
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 16, 64, 800], help="kernel table: rows of x "
-                    "(decode batches, and 800: a prefill of several prompts)")
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64, 800])
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    rows = args.rows
-    print("| 30 layers' matmuls | " + " | ".join(f"{r} row(s) ms" for r in rows) + " |")
-    print("|---|" + "---|" * len(rows))
-    for kind, kernels in (("bf16", "torch"), ("int8", "torch"), ("int8", "auto"), ("int4", "torch"), ("int4", "auto")):
-        name = kind + ("" if kind == "bf16" else " (torch)" if kernels == "torch" else " (radixlm VNNI)")
-        print(f"| {name} | " + " | ".join(f"{layer_matmuls_ms(kind, r, kernels):.1f}" for r in rows) + " |")
-    for kernels in ("torch", "auto"):
-        name = "int8 LM head" + (" (torch)" if kernels == "torch" else " (radixlm VNNI)")
-        print(f"| {name} | " + " | ".join(f"{lm_head_ms(r, kernels):.1f}" for r in rows) + " |")
-    configs = [("float32", "none", False, "torch"), ("bfloat16", "none", False, "torch"),
-               ("bfloat16", "int8", False, "torch"), ("bfloat16", "int4", False, "torch"),
-               ("bfloat16", "none", True, "torch"), ("bfloat16", "int4", True, "torch"),
-               ("bfloat16", "int8", False, "auto"), ("bfloat16", "int4", False, "auto"),
-               ("bfloat16", "int4", True, "auto")]
-    print("\n| weights | " + " | ".join(f"batch {b} tok/s | vs bf16" for b in args.batch) + " |")
-    print("|---|" + "---|---|" * len(args.batch))
-    results = {c: in_child(engine_tok_s, *c, args.batch, args.new_tokens, args.repeats) for c in configs}
-    base = results[("bfloat16", "none", False, "torch")]
-    for (dtype, quant, compiled, kernels), speeds in results.items():
-        cells = " | ".join(f"{s:.1f} | {s / b:.2f}x" for s, b in zip(speeds, base, strict=True))
-        name = dtype + ("" if quant == "none" else " + " + quant) + (", compiled" if compiled else "")
-        name += ", radixlm kernels" if kernels == "auto" else ""
-        print(f"| {name} | {cells} |")
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, radixlm kernel paths: {cpu_ext.supported()}\n")
+    kernels = kernel_tables(args.rows)
+    engines = {name: in_child(engine_tok_s, ENGINES[name], args.batch, args.new_tokens, args.repeats)
+               for name in args.engines}
+    base = engines.get("bfloat16, torch's ops")
+    print("\n| engine | startup (s) | " + " | ".join(f"batch {b} tok/s" for b in args.batch) + " |")
+    print("|---|---|" + "---|" * len(args.batch))
+    for name, res in engines.items():
+        cells = [f"{res[str(b)]:.1f}" + (f" ({res[str(b)] / base[str(b)]:.2f}x)" if base else "") for b in args.batch]
+        print(f"| {name} | {res['startup_s']:.1f} | " + " | ".join(cells) + " |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "rows": args.rows,
+                       "kernels_ms": kernels, "engines_tok_s": engines}, f, indent=2)
 
 
 if __name__ == "__main__":

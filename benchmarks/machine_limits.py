@@ -1,28 +1,68 @@
-"""The physical limits of this machine for single-stream decode: memory bandwidth (measured), weight bytes
-read per decode step, and the decode-rate ceiling that follows.
+"""The physical limits of this machine for single-stream decode: memory read bandwidth (measured), the weight
+bytes a decode step reads, and the decode-rate ceiling that follows.
 
-    python benchmarks/machine_limits.py [--mb 1024 --repeats 5]
+    python benchmarks/machine_limits.py [--model FILE.gguf] [--mb 1024 --repeats 7]
 
-Bandwidth: a large tensor copy (read + write), best of several runs, with torch's threads (all cores).
-A decode step at batch 1 reads every weight once (the LM head included; the tied embedding's lookup reads
-one row), so ceiling tok/s = bandwidth / weight bytes, per weight dtype.
+Bandwidth: a C++ loop that reads a large buffer with 32-byte loads on all of torch's threads (the way the
+kernels read weights), best of several passes; a tensor copy (read + write) for comparison. A decode step
+at batch 1 reads every weight once (the LM head included; the tied embedding's lookup reads one row), so
+ceiling tok/s = read bandwidth / weight bytes, per weight format.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import torch
 
-from radixlm.runtime.model.loader import open_model
+sys.path.insert(0, os.path.dirname(__file__))
+from radixlm.runtime.model.loader import open_model  # noqa: E402
+
+from common import cpu_description  # noqa: E402
+
+READ_KERNEL = r"""
+#include <torch/extension.h>
+#include <cstdint>
+int64_t read_all(const at::Tensor& buffer) {
+  const int64_t n = buffer.numel() / 8;
+  const int64_t* p = buffer.data_ptr<int64_t>();
+  int64_t total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+  for (int64_t i = 0; i < n; i += 16) {
+    int64_t s = 0;
+    for (int j = 0; j < 16; ++j) s += p[i + j];
+    total += s;
+  }
+  return total;
+}
+"""
+
+
+def read_bandwidth(mb: int, repeats: int) -> float:
+    """bytes/s read by a sum over a buffer of ``mb`` MiB on torch's threads."""
+    from torch.utils.cpp_extension import load_inline
+
+    ext = load_inline("radixlm_read_bandwidth", "int64_t read_all(const at::Tensor& buffer);", READ_KERNEL,
+                      functions=["read_all"], extra_cflags=["-O3", "-fopenmp", "-march=native"],
+                      extra_ldflags=["-fopenmp"])
+    buf = torch.ones(mb * 2**20 // 8, dtype=torch.int64)
+    ext.read_all(buf)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        ext.read_all(buf)
+        best = min(best, time.perf_counter() - t)
+    return buf.numel() * 8 / best
 
 
 def copy_bandwidth(mb: int, repeats: int) -> float:
     """bytes/s moved by dst.copy_(src) (each byte read once and written once)."""
     src = torch.ones(mb * 2**20 // 4, dtype=torch.float32)
     dst = torch.empty_like(src)
-    dst.copy_(src)  # touch the pages first
+    dst.copy_(src)
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
@@ -31,27 +71,33 @@ def copy_bandwidth(mb: int, repeats: int) -> float:
     return 2 * src.numel() * 4 / best
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=int, default=1024)
-    ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
-    bw = copy_bandwidth(args.mb, args.repeats)
-    cfg = open_model(None).config
+def weight_bytes(model: str | None) -> list[tuple[str, float]]:
+    """Bytes a batch-1 decode step reads per weight format: (name, bytes)."""
+    cfg = open_model(model).config
     from radixlm.runtime.model.llama import LlamaForCausalLM
 
     with torch.device("meta"):
         params = sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())
-    print(f"\nmemory bandwidth (copy of {args.mb} MiB, {torch.get_num_threads()} threads): {bw / 1e9:.1f} GB/s")
-    print(f"SmolLM2-135M: {params / 1e6:.1f} M parameters read per decode step")
-    print("| weights | bytes per step | decode ceiling (tok/s, batch 1) |")
+    head = cfg.vocab_size * cfg.hidden_size  # the (tied) embedding / LM head
+    return [("float32", params * 4), ("bfloat16", params * 2), ("int8 (1 byte + a scale per row)", params * 1),
+            ("Q4_0 / int4 without minimums (4.5 bits)", params * 4.5 / 8),
+            ("Q4_1 / radixlm int4 (5 bits: codes, scale, minimum)", params * 5 / 8),
+            ("radixlm int4 layers + int8 LM head (the default for a Q4 file)", (params - head) * 5 / 8 + head)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="GGUF file or HF folder (default: the embedded SmolLM2)")
+    ap.add_argument("--mb", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    read, copy = read_bandwidth(args.mb, args.repeats), copy_bandwidth(args.mb, args.repeats)
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {torch.get_num_threads()} threads")
+    print(f"memory read bandwidth: {read / 1e9:.1f} GB/s (copy: {copy / 1e9:.1f} GB/s read + write)")
+    print(f"\n{args.model or 'SmolLM2-135M-Instruct'}\n| weights | bytes per step | decode ceiling (tok/s, batch 1) |")
     print("|---|---|---|")
-    head = cfg.vocab_size * cfg.hidden_size  # the tied embedding / LM head
-    rows = (("float32", params * 4), ("bfloat16", params * 2), ("int8", params * 1),
-            ("int4 everywhere (Q4_1: 5 bits with scales)", params * 5 / 8),
-            ("radixlm --quantization int4 (int4 layers, int8 LM head)", (params - head) * 5 / 8 + head))
-    for name, nbytes in rows:
-        print(f"| {name} | {nbytes / 1e6:.0f} MB | {bw / nbytes:.0f} |")
+    for name, nbytes in weight_bytes(args.model):
+        print(f"| {name} | {nbytes / 1e6:.0f} MB | {read / nbytes:.0f} |")
 
 
 if __name__ == "__main__":

@@ -146,8 +146,9 @@ def server_process():
 
 
 @pytest.fixture(scope="session")
-def smol_model_bf16(smol_files):
-    """The embedded model in bfloat16 (the default dtype), shared by the slow tests."""
+def smol_model_default(smol_files):
+    """The embedded model as plain ``Engine()`` runs it: bfloat16 with the file's int4 layers (quantized by the
+    first engine built on it, with ``quantization="int4"``), shared by the slow tests."""
     from radixlm.runtime.model.loader import load_model
 
-    return load_model(smol_files, torch.bfloat16, progress=False)
+    return load_model(smol_files, torch.bfloat16, progress=False, int4_blocks=True)

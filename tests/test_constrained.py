@@ -112,10 +112,12 @@ def test_matcher_masks_specials_and_allows_eos_only_at_the_end(backends, smol_to
 
 
 @pytest.fixture(scope="module")
-def engines(smol_model_bf16, smol_tokenizer):
+def engines(smol_model_default, smol_tokenizer):
     from radixlm.runtime.engine import Engine
 
-    make = lambda **kw: Engine.from_model(smol_model_bf16, smol_tokenizer, check_invariants=True, **kw)  # noqa: E731
+    def make(**kw):
+        return Engine.from_model(smol_model_default, smol_tokenizer, check_invariants=True, quantization="int4", **kw)
+
     return {"xgrammar": make(), "outlines": make(grammar_backend="outlines"),
             "no-jump-forward": make(jump_forward=False)}
 

@@ -22,12 +22,13 @@ def server(server_process):
 
 
 @pytest.fixture(scope="module", params=["runtime", "engine"])
-def backend(request, smol_model_bf16, smol_tokenizer):
+def backend(request, smol_model_default, smol_tokenizer):
     if request.param == "runtime":
         return sgl.RuntimeEndpoint(request.getfixturevalue("server").url)
     from radixlm.runtime.engine import Engine
 
-    return sgl.EngineBackend(Engine.from_model(smol_model_bf16, smol_tokenizer, check_invariants=True))
+    engine = Engine.from_model(smol_model_default, smol_tokenizer, check_invariants=True, quantization="int4")
+    return sgl.EngineBackend(engine)
 
 
 @sgl.function

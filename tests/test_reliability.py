@@ -106,7 +106,8 @@ def test_kv_exhaustion_retracts_but_never_changes_tokens(server_process, smol_mo
     prompts = [f"Tell me about the number {i} and why it matters." for i in range(24)]
     sp = {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}
     ref = Engine.from_model(smol_model_fp32, smol_tokenizer).generate(prompts, sp)
-    tiny = server_process("--dtype", "float32", "--max-total-tokens", "400", "--check-invariants")
+    tiny = server_process("--dtype", "float32", "--quantization", "none", "--max-total-tokens", "400",
+                          "--check-invariants")
     try:
         async def main():
             async with httpx.AsyncClient(timeout=600) as c:

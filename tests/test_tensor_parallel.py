@@ -73,12 +73,12 @@ def greedy(url: str, n: int = 32) -> list[list[int]]:
 
 @pytest.mark.slow
 def test_tp2_on_gloo_gives_tp1_greedy_tokens(server_process):
-    one = server_process("--dtype", "float32", "--max-total-tokens", "4096")
+    one = server_process("--dtype", "float32", "--quantization", "none", "--max-total-tokens", "4096")
     try:
         expected = greedy(one.url)
     finally:
         one.stop()
-    two = server_process("--dtype", "float32", "--max-total-tokens", "4096", "--tp-size", "2")
+    two = server_process("--dtype", "float32", "--quantization", "none", "--max-total-tokens", "4096", "--tp-size", "2")
     try:
         info = httpx.get(f"{two.url}/server_info", timeout=5).json()
         assert info["engine"]["tp_size"] == 2 and info["threads"] == max(1, os.cpu_count() // 2)

@@ -1,0 +1,143 @@
+"""Scaling past the 135M model, radixlm against llama.cpp on the same random-weight GGUF files (make_gguf.py).
+
+    python benchmarks/make_gguf.py --sizes 0.5b 1.5b --types Q4_0
+    python benchmarks/bench_scaling.py --models ../models/random-0.5b-Q4_0.gguf ../models/random-1.5b-Q4_0.gguf \
+        [--llama-bench ../peers/llama-bench] [--sweeps ../models/random-0.5b-Q4_0.gguf] [--out FILE.json]
+
+For every model: batch-1 decode (tok/s, and as a fraction of the machine's read-bandwidth ceiling: the bytes a
+step reads / machine_limits' measured read bandwidth) and prefill of a 512-token prompt, radixlm's in-process
+Engine (its defaults) against llama-bench's tg128 and pp512 (2 threads). For the --sweeps models also:
+output throughput against concurrency (1 to 64 requests at once, 64 tokens each) and TTFT / TPOT against
+context length (512 to 8,192), with llama-bench's pp and tg at the same depths for the latter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from machine_limits import read_bandwidth, weight_bytes  # noqa: E402
+
+from radixlm.runtime.engine import Engine  # noqa: E402
+
+from common import cpu_description  # noqa: E402
+
+CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+CONTEXTS = (512, 1024, 2048, 4096, 8192)
+
+
+def prompt_ids(n: int, seed: int = 0) -> list[int]:
+    return [(7 * i + 13 * seed) % 40000 + 100 for i in range(n)]  # any ids: the weights are random
+
+
+def decode_tok_s(engine: Engine, batch: int, new_tokens: int, prompt_len: int = 64) -> float:
+    prompts = [prompt_ids(prompt_len, s) for s in range(batch)]
+    sp = {"temperature": 0, "ignore_eos": True}
+    engine.generate(input_ids=prompts, sampling_params={**sp, "max_new_tokens": 2})  # prompts cached
+    t = time.perf_counter()
+    engine.generate(input_ids=prompts, sampling_params={**sp, "max_new_tokens": new_tokens})
+    return batch * new_tokens / (time.perf_counter() - t)
+
+
+def prefill_tok_s(engine: Engine, n: int) -> float:
+    ids = prompt_ids(n, seed=99)
+    t = time.perf_counter()
+    engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 1})
+    elapsed = time.perf_counter() - t
+    engine.flush_cache()
+    return n / elapsed
+
+
+def ttft_tpot(engine: Engine, context: int, new_tokens: int = 32) -> tuple[float, float]:
+    res = engine.generate(input_ids=prompt_ids(context - new_tokens, seed=context),
+                          sampling_params={"temperature": 0, "ignore_eos": True, "max_new_tokens": new_tokens})
+    meta = res["meta_info"]
+    engine.flush_cache()
+    return meta["ttft"], (meta["e2e_latency"] - meta["ttft"]) / (new_tokens - 1)
+
+
+def llama_bench(exe: str, model: str, args: list[str]) -> list[dict]:
+    out = subprocess.run([exe, "-m", model, "-t", str(os.cpu_count()), "-r", "3", "-o", "json", *args],
+                         capture_output=True, text=True, timeout=3600)
+    return json.loads(out.stdout) if out.returncode == 0 else []
+
+
+def llama_rate(rows: list[dict], key: str) -> float | None:
+    return next((r["avg_ts"] for r in rows if r.get(key)), None)
+
+
+def llama_at_depth(exe: str, model: str, context: int, new_tokens: int = 32) -> tuple[float | None, float | None]:
+    """llama-bench's prefill of context - new_tokens tokens, and its decode at that depth (tok/s)."""
+    prefill = llama_rate(llama_bench(exe, model, ["-p", str(context - new_tokens), "-n", "0"]), "n_prompt")
+    decode = llama_rate(llama_bench(exe, model, ["-p", "0", "-n", str(new_tokens), "-d", str(context - new_tokens)]),
+                        "n_gen")
+    return prefill, decode
+
+
+def summary_row(r: dict, bandwidth: float) -> str:
+    ours, theirs = r["radixlm_decode"], r.get("llama_decode")
+    cells = [r["model"], f"{ours:.1f} ({ours / r['ceiling']:.0%})", "-", "-", f"{r['radixlm_prefill_512']:.0f}",
+             f"{r['llama_prefill_512']:.0f}" if r.get("llama_prefill_512") else "-"]
+    if theirs:
+        cells[2] = f"{theirs:.1f} ({theirs * r['llama_bytes_per_token'] / bandwidth:.0%})"
+        cells[3] = f"{ours / theirs:.2f}x"
+    return "| " + " | ".join(cells) + " |"
+
+
+def run_model(model: str, exe: str | None, bandwidth: float, sweeps: bool) -> dict:
+    t = time.perf_counter()
+    engine = Engine(model, progress=False, max_total_tokens=16384, chunked_prefill_size=2048)
+    out = {"model": os.path.basename(model), "startup_s": time.perf_counter() - t}
+    step_bytes = dict(weight_bytes(model))
+    out["bytes_per_token"] = step_bytes["radixlm int4 layers + int8 LM head (the default for a Q4 file)"]
+    out["radixlm_decode"] = decode_tok_s(engine, 1, 64)
+    out["radixlm_prefill_512"] = prefill_tok_s(engine, 512)
+    if exe:
+        rows = llama_bench(exe, model, ["-p", "512", "-n", "128"])
+        out["llama_decode"], out["llama_prefill_512"] = llama_rate(rows, "n_gen"), llama_rate(rows, "n_prompt")
+        out["llama_bytes_per_token"] = os.path.getsize(model)
+    out["ceiling"] = bandwidth / out["bytes_per_token"]
+    print(f"{out['model']}: radixlm decode {out['radixlm_decode']:.1f} tok/s ({out['radixlm_decode'] / out['ceiling']:.0%}"
+          f" of its ceiling {out['ceiling']:.0f}), prefill {out['radixlm_prefill_512']:.0f} tok/s; llama.cpp decode "
+          f"{out.get('llama_decode')}, pp512 {out.get('llama_prefill_512')}", flush=True)
+    if sweeps:
+        out["concurrency"] = {c: decode_tok_s(engine, c, 64) for c in CONCURRENCY}
+        print("  throughput by concurrency:", {c: round(v, 1) for c, v in out["concurrency"].items()}, flush=True)
+        out["context"] = {c: ttft_tpot(engine, c) for c in CONTEXTS}
+        print("  TTFT s / TPOT ms by context:", {c: (round(a, 2), round(b * 1e3, 1)) for c, (a, b) in
+                                               out["context"].items()}, flush=True)
+        if exe:
+            out["llama_context"] = {c: llama_at_depth(exe, model, c) for c in CONTEXTS}
+            print("  llama.cpp pp / tg tok/s by context:", out["llama_context"], flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", required=True)
+    ap.add_argument("--sweeps", nargs="*", default=[], help="models to sweep concurrency and context on")
+    ap.add_argument("--llama-bench", default=os.path.join(os.path.dirname(__file__), "..", "..", "peers", "llama-bench"))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    exe = args.llama_bench if os.path.exists(args.llama_bench) else None
+    bandwidth = read_bandwidth(1024, 7)
+    header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, read bandwidth {bandwidth / 1e9:.1f} GB/s"
+    print(header, flush=True)
+    results = [run_model(m, exe, bandwidth, m in args.sweeps) for m in args.models]
+    print("\n| model | radixlm decode tok/s (of ceiling) | llama.cpp decode tok/s (of ceiling) | radixlm / llama.cpp | "
+          "radixlm prefill tok/s | llama.cpp pp512 |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(summary_row(r, bandwidth))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"header": header, "bandwidth": bandwidth, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
