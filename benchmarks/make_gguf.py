@@ -80,7 +80,7 @@ def write(path: str, size: str, qtype: str, source, seed: int = 0) -> None:
     def tensor(name: str, rows: int, cols: int, quantized: bool = True) -> None:
         data = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
         if quantized:
-            w.add_tensor(name, gguf.quants.quantize(data, kind), raw_shape=data.shape, raw_dtype=kind)
+            w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
         else:
             w.add_tensor(name, data)
 

@@ -1,14 +1,15 @@
 // One Llama decoder layer as one op, from radixlm's CPU kernels, for the quantized models on the CPU: eager
 // decode ran ~25 torch ops a layer (several hundred a token, each with Python and dispatch around it),
 // which cost more than the matmuls themselves. Here a layer is one call; the kernels it runs are the ops
-// of cpu_quant_matmul, cpu_decode_attention and cpu_norm_act, plus the rotary embedding and KV store of
+// of cpu_matmul, cpu_decode_attention and cpu_norm_act, plus the rotary embedding and KV store of
 // cpu_rope_body.h. Python reference: runtime/model/llama.py (the same math with torch's ops).
 //
 // x [T, H] (the previous layer's output: the embeddings before the first, with residual zeros), overwritten
 // by this layer's output and returned; residual [T, H] updated in place; workspace a uint8 tensor the op
 // grows to what its buffers need (kept by the caller across calls);
 // weights: norm1 [H], qkv (data, scales, mins), qkv bias (or empty), o (3), norm2 [H], gate_up (3), down (3)
-// with int4 (bits 4: codes, d, mn) or int8 (bits 8: q, s, unused) layouts; cos, sin [T, D / 2] float32;
+// in cpu_matmul's int4 (bits 4: codes, d, mn or empty), int8 (bits 8: q, s, unused) or dense (bits 16:
+// tiles, unused, unused) layouts; cos, sin [T, D / 2] float32;
 // k_cache, v_cache one layer's head-major pools [Hkv, S, D]; loc [T] slots of the new tokens. Attention:
 // decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the requests'
 // slot rows [R, L], lens = seq_lens [R], ext_lens [R].
@@ -51,7 +52,7 @@ void check_layer(const at::Tensor& x, const at::Tensor& residual, at::TensorList
                  const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& loc,
                  int64_t num_heads) {
   TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights, "weights: expected ", kWeights, " tensors, got ", w.size());
-  TORCH_CHECK(bits == 4 || bits == 8, "bits must be 4 or 8, got ", bits);
+  TORCH_CHECK(bits == 4 || bits == 8 || bits == 16, "bits must be 4, 8 or 16 (dense), got ", bits);
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && residual.sizes() == x.sizes() && residual.is_contiguous() &&
               residual.scalar_type() == x.scalar_type() && x.size(1) % 64 == 0,
               "x and residual must be contiguous [T, H] tensors of one dtype, H a multiple of 64");
@@ -90,6 +91,10 @@ at::Tensor decoder_layer(at::Tensor& x, at::Tensor& residual, at::TensorList w, 
   TORCH_CHECK(workspace.dim() == 1 && workspace.scalar_type() == at::kByte, "workspace must be a uint8 vector");
   const QuantWeightRef qkv_w{bits, w[1], w[2], w[3]}, o_w{bits, w[5], w[6], w[7]}, gu_w{bits, w[9], w[10], w[11]},
       down_w{bits, w[12], w[13], w[14]};
+  for (const QuantWeightRef* wt : {&qkv_w, &o_w, &gu_w, &down_w}) {
+    check_weight(*wt);
+    TORCH_CHECK(bits != 16 || wt->data.scalar_type() == x.scalar_type(), "dense weights must be in x's dtype");
+  }
   const int64_t t = x.size(0), hidden = x.size(1), d = k_cache.size(2);
   TORCH_CHECK(qkv_w.k() == hidden && qkv_w.n() == (num_heads + 2 * k_cache.size(0)) * d && o_w.k() == num_heads * d &&
               o_w.n() == hidden && gu_w.k() == hidden && down_w.n() == hidden && down_w.k() * 2 == gu_w.n(),
@@ -98,8 +103,9 @@ at::Tensor decoder_layer(at::Tensor& x, at::Tensor& residual, at::TensorList w, 
   // in the first phase only)
   const int64_t elem = x.element_size(), qkv_n = qkv_w.n(), q_n = num_heads * d, inter = down_w.k();
   const int64_t sizes[] = {t * hidden * elem, t * qkv_n * elem, t * q_n * elem, t * q_n * elem, t * hidden * elem,
-                           t * hidden * elem, t * gu_w.n() * elem, t * inter * elem, QuantizedX::bytes(t, hidden),
-                           QuantizedX::bytes(t, q_n), QuantizedX::bytes(t, hidden), QuantizedX::bytes(t, inter)};
+                           t * hidden * elem, t * gu_w.n() * elem, t * inter * elem, Activations::bytes(t, hidden, bits),
+                           Activations::bytes(t, q_n, bits), Activations::bytes(t, hidden, bits),
+                           Activations::bytes(t, inter, bits)};
   int64_t total = 64;
   for (int64_t n : sizes) total += QuantizedX::aligned(n);
   if (workspace.numel() < total) workspace.resize_({total});
@@ -115,8 +121,8 @@ at::Tensor decoder_layer(at::Tensor& x, at::Tensor& residual, at::TensorList w, 
   at::Tensor attn = view(3, {t, q_n}), o = view(4, {t, hidden}), h2 = view(5, {t, hidden});
   at::Tensor gu = view(6, {t, gu_w.n()}), act = view(7, {t, inter});
   at::Tensor out = x;
-  const QuantizedX xh = QuantizedX::at(buf[8], t, hidden), xattn = QuantizedX::at(buf[9], t, q_n);
-  const QuantizedX xh2 = QuantizedX::at(buf[10], t, hidden), xact = QuantizedX::at(buf[11], t, inter);
+  const Activations xh = Activations::at(buf[8], t, hidden, bits), xattn = Activations::at(buf[9], t, q_n, bits);
+  const Activations xh2 = Activations::at(buf[10], t, hidden, bits), xact = Activations::at(buf[11], t, inter, bits);
   const bool decode = ext_lens.numel() == 0;
   const std::vector<AttentionTask> tasks = decode ? decode_tasks(q, k_cache, rows, lens, at::Tensor(), at::Tensor())
                                                   : extend_tasks(q, k_cache, rows, lens, ext_lens);
@@ -126,13 +132,13 @@ at::Tensor decoder_layer(at::Tensor& x, at::Tensor& residual, at::TensorList w, 
     const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     Scratch scratch;
     auto [r0, r1] = share(t, tid, nt);
-    auto tiles = [&](const QuantWeightRef& wt, const QuantizedX& xq, at::Tensor& y) {
+    auto tiles = [&](const QuantWeightRef& wt, const Activations& xq, at::Tensor& y) {
       auto [b, e] = share(wt.n() / 16, tid, nt);
       if (b < e) linear_tiles(wt, xq, b, e, y, isa);
     };
     if (r0 < r1) {
       rms_norm_range(x, &residual, w[0], eps, r0, r1, h, isa);
-      quantize_range(h, r0, r1, xh, isa);
+      prepare_range(h, r0, r1, xh, bits, isa);
     }
 #pragma omp barrier
     tiles(qkv_w, xh, qkv);
@@ -145,20 +151,20 @@ at::Tensor decoder_layer(at::Tensor& x, at::Tensor& residual, at::TensorList w, 
     auto [a0, a1] = share(static_cast<int64_t>(tasks.size()), tid, nt);
     if (a0 < a1) run_attention(tasks, q, k_cache, v_cache, attn, a0, a1, scratch, isa);
 #pragma omp barrier
-    if (r0 < r1) quantize_range(attn, r0, r1, xattn, isa);
+    if (r0 < r1) prepare_range(attn, r0, r1, xattn, bits, isa);
 #pragma omp barrier
     tiles(o_w, xattn, o);
 #pragma omp barrier
     if (r0 < r1) {
       rms_norm_range(o, &residual, w[8], eps, r0, r1, h2, isa);
-      quantize_range(h2, r0, r1, xh2, isa);
+      prepare_range(h2, r0, r1, xh2, bits, isa);
     }
 #pragma omp barrier
     tiles(gu_w, xh2, gu);
 #pragma omp barrier
     if (r0 < r1) {
       silu_mul_range(gu, r0, r1, act, isa);
-      quantize_range(act, r0, r1, xact, isa);
+      prepare_range(act, r0, r1, xact, bits, isa);
     }
 #pragma omp barrier
     tiles(down_w, xact, out);

@@ -1,4 +1,4 @@
-"""Builds and loads radixlm's C++ CPU kernels (cpu_quant_matmul, cpu_decode_attention, cpu_token_bitmask,
+"""Builds and loads radixlm's C++ CPU kernels (cpu_matmul, cpu_decode_attention, cpu_token_bitmask,
 cpu_norm_act; their bodies in cpu_*_body.h, the vector layers in cpu_vec_*.h) as the ``torch.ops.radixlm_cpu``
 ops, so torch.compile calls them as opaque kernels.
 
@@ -23,7 +23,7 @@ import torch
 PATHS = ("portable", "avx2", "avx512", "avx512_bf16")  # the ops' isa argument is the index
 PATH_NAMES = {"portable": "portable C++", "avx2": "AVX2 + FMA + F16C", "avx512": "AVX512 (F, DQ, BW, VL, VNNI)",
               "avx512_bf16": "AVX512 with VNNI and BF16"}
-SOURCES = ("cpu_quant_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
+SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
            "cpu_decoder_layer.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")

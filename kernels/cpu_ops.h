@@ -12,7 +12,8 @@
 
 namespace radixlm_cpu {
 
-// A quantized weight: int4 (bits 4: codes, d, mn) or int8 (bits 8: q, s; mins unused).
+// A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty), int8 (bits 8: q, s) or dense
+// (bits 16: the [N / 16, K, 16] tiles in x's dtype).
 struct QuantWeightRef {
   int64_t bits;
   at::Tensor data, scales, mins;
@@ -20,10 +21,14 @@ struct QuantWeightRef {
   int64_t k() const;  // input columns
 };
 
+void check_weight(const QuantWeightRef& w);  // a TORCH_CHECK naming what is wrong
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s, int64_t isa);
-void quantize_range(const at::Tensor& x, int64_t r0, int64_t r1, const QuantizedX& xq, int64_t isa);  // rows [r0, r1)
-void linear_tiles(const QuantWeightRef& w, const QuantizedX& xq, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa);
+at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
+// rows [r0, r1) of x prepared for a weight of `bits` (quantized, or widened to float32), then weight tiles
+// [t0, t1) of y = x W^T from them
+void prepare_range(const at::Tensor& x, int64_t r0, int64_t r1, const Activations& a, int64_t bits, int64_t isa);
+void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa);
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
                             const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa);

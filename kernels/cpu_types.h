@@ -29,14 +29,20 @@ struct QuantizedX {
   static int64_t aligned(int64_t n) { return (n + 63) / 64 * 64; }
 };
 
-// A QuantizedX owning its memory.
-struct QuantizedXBuffer {
-  std::vector<char> memory;
-  QuantizedX view;
-  QuantizedXBuffer(int64_t m, int64_t k) : memory(QuantizedX::bytes(m, k) + 64), view(QuantizedX::at(align(), m, k)) {}
-  QuantizedXBuffer(const QuantizedXBuffer&) = delete;
-  QuantizedXBuffer& operator=(const QuantizedXBuffer&) = delete;
-  void* align() { return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) / 64 * 64); }
+// One matmul's input prepared for its weight: int8 blocks (int4 / int8 weights) or float32 rows xf [M, K]
+// (dense weights). A view of memory its owner keeps (64-byte aligned from `at`).
+struct Activations {
+  QuantizedX q;
+  float* xf;
+
+  static int64_t bytes(int64_t m, int64_t k, int64_t bits) {
+    return bits == 16 ? QuantizedX::aligned(m * k * 4) : QuantizedX::bytes(m, k);
+  }
+  static Activations at(void* memory, int64_t m, int64_t k, int64_t bits) {
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(memory) + 63) / 64 * 64);
+    if (bits == 16) return {QuantizedX{nullptr, nullptr, nullptr, nullptr, k, k / 64}, reinterpret_cast<float*>(base)};
+    return {QuantizedX::at(base, m, k), nullptr};
+  }
 };
 
 struct Rows {  // where one attention task's keys / values are: a shared prefix's slots, then its own

@@ -13,8 +13,8 @@ import torch
 
 from radixlm.kernels import cpu_decode_attention as ca
 from radixlm.kernels import cpu_ext
+from radixlm.kernels import cpu_matmul as ck
 from radixlm.kernels import cpu_norm_act as na
-from radixlm.kernels import cpu_quant_matmul as ck
 from radixlm.kernels.token_bitmask import (
     apply_token_bitmask,
     apply_token_bitmask_cpu,
@@ -116,6 +116,37 @@ def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
         for r in (0, 5, 12):
             assert torch.equal(run(best, x[r:r + 1].contiguous()), full[r:r + 1])
         assert torch.equal(run(best, x[3:10].contiguous()), full[3:10])
+
+
+@built
+@pytest.mark.parametrize("path", PATH_PARAMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dense_matmul_matches_its_reference_and_is_batch_invariant(path, dtype):
+    """The dense kernel (k in order, one fused multiply-add chain per element): close to float32 x @ w^T, the
+    same bits on every path, and a row's result the same alone or in any batch."""
+    gen = torch.Generator().manual_seed(2)
+    tiles = ck.pack_dense(torch.randn(96, 576, generator=gen).to(dtype))
+    assert torch.equal(ck.unpack_dense(tiles), ck.unpack_dense(ck.pack_dense(ck.unpack_dense(tiles))))
+    x = torch.randn(13, 576, generator=gen).to(dtype)
+    got = ck.dense_linear(x, tiles, isa(path))
+    tol = 1e-5 if dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(got.float(), ck.dense_linear_torch(x, tiles).float(), rtol=tol, atol=tol * 30)
+    assert torch.equal(got, same_on_every_path(lambda i: ck.dense_linear(x, tiles, i)))
+    for r in (0, 6, 12):
+        assert torch.equal(ck.dense_linear(x[r:r + 1].contiguous(), tiles, isa(path)), got[r:r + 1])
+
+
+@built
+def test_int4_without_minimums_is_q4_0():
+    """mn None (GGUF's Q4_0: w = d (q - 8)) gives the bits of a stored mn = -8 d."""
+    gen = torch.Generator().manual_seed(4)
+    q, d = torch.randint(0, 16, (32, 128), generator=gen), torch.rand(32, 4, generator=gen) * 0.01
+    x = torch.randn(3, 128, generator=gen)
+    without, stored = ck.pack_int4(q, d, None), ck.pack_int4(q, d, -8 * d.half().float())
+    assert without[2] is None
+    i = cpu_ext.resolve("auto")
+    assert torch.equal(ck.int4_linear(x, *without, i), ck.int4_linear(x, *stored, i))
+    torch.testing.assert_close(ck.dequantize_int4(*without), ck.dequantize_int4(*stored), rtol=0, atol=0)
 
 
 @built

@@ -53,8 +53,16 @@ def test_quantized_models_run_fused_like_the_layer_by_layer_model(quantization):
     fused.check_invariants()
 
 
-def test_dense_or_unfit_models_do_not_run_fused():
-    assert engine("none").runner.fused is None
+def test_bfloat16_dense_models_run_fused_on_the_dense_kernel():
+    """A dense bfloat16 model runs its matmuls on radixlm's dense kernel, fused; float32 keeps torch's matmul
+    (what the transformers-parity tests compare), and a model the kernels cannot take is not fused."""
+    dense = Engine.from_model(random_model(HEAD64, dtype=torch.bfloat16, seed=0), None, quantization="none",
+                              max_total_tokens=2048)
+    assert dense.runner.fused is not None and dense.runner.fused.bits == 16
+    assert dense.model.layers[0].mlp.down_proj.quant.kind == "dense"
+    out = dense.generate(input_ids=[3, 4, 5, 6], sampling_params=GREEDY)
+    assert len(out["output_ids"]) == GREEDY["max_new_tokens"]
+    assert engine("none").runner.fused is None  # float32
     assert Engine.from_model(random_model(TINY, seed=0), None, quantization="int4").runner.fused is None  # head dim 16
 
 

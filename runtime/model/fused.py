@@ -6,8 +6,9 @@ The fused layer removes it without one: a decode step is the embedding, one call
 and the LM head. Every kernel in it gives a row the same bits whatever the batch, so the model's output for
 a request does not depend on the requests batched with it, nor on whether its prefix came from the cache.
 
-It takes models whose linear layers all run radixlm's quantized kernels (int4 or int8, one kind) on one
-rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every batch then.
+It takes models whose linear layers all run on radixlm's matmul kernels (int4, int8 or the dense bfloat16
+tiles, one kind) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every
+batch then.
 """
 
 from __future__ import annotations
@@ -26,15 +27,18 @@ def _linears(layer) -> dict:
     return {"qkv": attn.qkv_proj, "o": attn.o_proj, "gate_up": mlp.gate_up_proj, "down": mlp.down_proj}
 
 
+BITS = {"int4": 4, "int8": 8, "dense": 16}
+
+
 def fusable(model: LlamaForCausalLM) -> int | None:
-    """The bits (4 or 8) of a model the fused layers can run, else None."""
+    """The bits (4, 8 or 16 for dense) of a model the fused layers can run, else None."""
     if model.tp.size != 1 or not model.layers:
         return None
     kinds = {lin.quant.kind if lin.quant is not None and lin.quant.backend == "native" and lin.weight is None else None
              for layer in model.layers for lin in _linears(layer).values()}
     if len(kinds) != 1 or None in kinds:
         return None
-    return 4 if kinds == {"int4"} else 8
+    return BITS[next(iter(kinds))]
 
 
 class FusedLayers:

@@ -21,6 +21,7 @@ _ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM"
 _DEQUANTIZABLE = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
                   "Q5_K", "Q6_K", "Q8_K"}
 LAYER_WEIGHT = re.compile(r"blk\.\d+\.(attn_(q|k|v|output)|ffn_(gate|up|down))\.weight")  # the linear layers
+BLOCK_WEIGHT = re.compile(LAYER_WEIGHT.pattern + r"|token_embd\.weight|output\.weight")  # ... and the head
 _NAMES = [
     (r"token_embd\.weight", "model.embed_tokens.weight"),
     (r"output_norm\.weight", "model.norm.weight"),
@@ -39,7 +40,7 @@ class Int4Blocks:
 
     q: torch.Tensor  # [N, K] uint8
     d: torch.Tensor  # [N, K / 32] float16
-    m: torch.Tensor  # [N, K / 32] float16
+    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d
 
     @classmethod
     def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> Int4Blocks:
@@ -49,23 +50,32 @@ class Int4Blocks:
         width = 20 if qtype == "Q4_1" else 18
         blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n * k // 32, width)
         d = blocks[:, 0:2].copy().view(np.float16)[:, 0]
-        m = blocks[:, 2:4].copy().view(np.float16)[:, 0] if qtype == "Q4_1" else (-8 * d.astype(np.float32)).astype(np.float16)
+        m = torch.from_numpy(blocks[:, 2:4].copy().view(np.float16)[:, 0].reshape(n, k // 32).copy()) \
+            if qtype == "Q4_1" else None
         qs = blocks[:, width - 16:]
         q = np.concatenate((qs & 15, qs >> 4), axis=1).reshape(n, k)
-        return cls(torch.from_numpy(q), torch.from_numpy(d.reshape(n, k // 32).copy()),
-                   torch.from_numpy(m.reshape(n, k // 32).copy()))
+        return cls(torch.from_numpy(q), torch.from_numpy(d.reshape(n, k // 32).copy()), m)
+
+    @classmethod
+    def stack(cls, parts: list[Int4Blocks]) -> Int4Blocks:
+        """Row blocks one after another (a stacked qkv or gate_up); minimums stored unless no part has any."""
+        mins = None if all(p.m is None for p in parts) else torch.cat([p.minimums() for p in parts])
+        return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins)
+
+    def minimums(self) -> torch.Tensor:
+        return self.m if self.m is not None else (self.d.float() * -8).to(torch.float16)
 
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.q.shape)
 
     def take_rows(self, index: torch.Tensor) -> Int4Blocks:
-        return Int4Blocks(self.q[index], self.d[index], self.m[index])
+        return Int4Blocks(self.q[index], self.d[index], None if self.m is None else self.m[index])
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32."""
         n, k = self.q.shape
-        w = self.q.float().view(n, k // 32, 32) * self.d.float()[..., None] + self.m.float()[..., None]
+        w = self.q.float().view(n, k // 32, 32) * self.d.float()[..., None] + self.minimums().float()[..., None]
         return w.view(n, k)
 
 
@@ -129,7 +139,7 @@ class GGUFModel:
                 raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
             name = _hf_name(t.name)
             shape = [int(d) for d in reversed(t.shape)]
-            if int4_blocks and qtype in ("Q4_0", "Q4_1") and LAYER_WEIGHT.fullmatch(t.name):
+            if int4_blocks and qtype in ("Q4_0", "Q4_1") and BLOCK_WEIGHT.fullmatch(t.name):
                 w = Int4Blocks.from_gguf(np.asarray(t.data), qtype, shape)
             else:
                 data = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)

@@ -124,15 +124,20 @@ class QuantizableLinear(nn.Module):
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path."""
         fits = self.weight.shape[0] % 16 == 0 and self.weight.shape[1] % 64 == 0
         if self.blocks and kind == "int4" and isa is not None and fits:
-            b = [self.blocks[i] for i in sorted(self.blocks)]
-            q, d, m = (torch.cat([getattr(x, f) for x in b]) for f in ("q", "d", "m"))
-            self.quant = QuantWeight.from_int4_codes(q, d, m, self.weight.dtype, isa)
+            b = Int4Blocks.stack([self.blocks[i] for i in sorted(self.blocks)])
+            self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)
         if self.quant is None:
             self.materialize()
             self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, isa)
         self.blocks = None
         if not keep_dense or self.quant.replaces_dense:
             self.weight = None
+
+    def tile_dense(self, isa: int) -> None:
+        """The dense weight into radixlm's dense kernel's tiles (where N and K are multiples of 16)."""
+        n, k = self.weight.shape
+        if n % 16 == 0 and k % 16 == 0 and self.weight.device.type == "cpu":
+            self.quant, self.weight = QuantWeight.tile_dense(self.weight, isa), None
 
     def load_blocks(self, shard: int, blocks: Int4Blocks) -> None:
         self.blocks = {**(self.blocks or {}), shard: blocks}
@@ -212,12 +217,17 @@ class VocabParallelEmbedding(QuantizableLinear):
         self.weight = nn.Parameter(torch.zeros(self.per_rank, dim), requires_grad=False)
 
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
-        """int8 rows whatever ``kind``: the precision GGUF files keep this table in (Q8_0). An int4 LM head
-        raised SmolLM2's mean NLL by 1.5% (int4 layers: no measurable change). The lookup reads whole rows
-        times their scale."""
-        super().quantize("int8", keep_dense, isa)
+        """int8 rows, the precision GGUF files usually keep this table in (Q8_0): an int4 LM head made from
+        SmolLM2's raised its mean NLL by 1.5% (int4 layers: no measurable change). A file that holds the table
+        in 4 bits keeps it so with int4. The lookup reads whole rows times their scale."""
+        super().quantize("int4" if kind == "int4" and self.blocks else "int8", keep_dense, isa)
 
-    def load(self, shard: int, name: str, w: torch.Tensor) -> None:
+    def load(self, shard: int, name: str, w: torch.Tensor | Int4Blocks) -> None:
+        if isinstance(w, Int4Blocks):
+            if self.tp.size == 1:
+                self.load_blocks(0, w)
+                return
+            w = w.dequantize().to(self.weight.dtype)
         part = w[self.start:self.start + self.per_rank]
         self.weight.data[: part.shape[0]].copy_(part)
 

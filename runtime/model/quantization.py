@@ -5,7 +5,7 @@ activations by them directly (no dequantized copy per step).
 - int4: asymmetric groups of 32 along K, the shape of GGUF's Q4_1 blocks: w = d q + mn, q in [0, 15].
 
 Batch-1 decode reads every weight once per token and is bound by memory bandwidth, so fewer bytes is more
-speed. Two backends: ``native`` (radixlm.kernels.cpu_quant_matmul on one of its instruction-set paths: int8
+speed. Two backends: ``native`` (radixlm.kernels.cpu_matmul on one of its instruction-set paths: int8
 activations times the codes, 16-row tiles), used wherever the shapes fit (N % 16, K % 64), and ``torch``
 (``aten._weight_int8pack_mm`` and ``aten._weight_int4pack_mm_for_cpu`` over torch's packed layout)
 otherwise or with ``--cpu-kernels torch``. The native kernels replace the dense weight (``replaces_dense``:
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from radixlm.kernels import cpu_quant_matmul as native
+from radixlm.kernels import cpu_matmul as native
 from radixlm.runtime.config import QUANT_KINDS
 
 INT4_GROUP = 32
@@ -36,8 +36,10 @@ class QuantWeight:
 
     backend torch: int8: data int8 [N, K], scales [N]; int4: data uint8 [Np, K / 2] (torch's packed layout,
     Np = N rounded up to 16), scales [K / 32, Np, 2] holding (scale, zero) per group.
-    backend native (16-row tiles, see cpu_quant_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales float32 [N];
-    int4: data uint8 [N / 16, K / 4, 32], scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn)."""
+    backend native (16-row tiles, see cpu_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales
+    float32 [N]; int4: data uint8 [N / 16, K / 4, 32], scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn;
+    mins None for Q4_0's w = d (q - 8)); dense: data [N / 16, K, 16] in the activation dtype, no scales (the
+    batch-invariant dense matmul, for bfloat16 models: ``tile_dense``)."""
 
     kind: str
     data: torch.Tensor
@@ -65,13 +67,19 @@ class QuantWeight:
         return cls(kind, data, scales.to(act_dtype), n, k, QUANT_MAX_ROWS[kind], act_dtype)
 
     @classmethod
-    def from_int4_codes(cls, q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, act_dtype: torch.dtype,
+    def from_int4_codes(cls, q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None, act_dtype: torch.dtype,
                         isa: int) -> QuantWeight:
         """A 4-bit weight given as its codes q [N, K] in [0, 15] with d, mn [N, K / 32] (w = d q + mn per group,
-        GGUF's Q4_1 form) -> the native backend's layout, exactly."""
+        GGUF's Q4_1 form; mn None: Q4_0's -8 d) -> the native backend's layout, exactly."""
         n, k = q.shape
         codes, d16, mn16 = native.pack_int4(q, d, mn)
         return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
+
+    @classmethod
+    def tile_dense(cls, w: torch.Tensor, isa: int) -> QuantWeight:
+        """A dense weight [N, K] (N, K multiples of 16) for radixlm's dense kernel, in its own dtype."""
+        n, k = w.shape
+        return cls("dense", native.pack_dense(w), torch.empty(0), n, k, ALL_ROWS, w.dtype, "native", isa=isa)
 
     @classmethod
     def _quantize_native(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype, isa: int) -> QuantWeight:
@@ -89,6 +97,8 @@ class QuantWeight:
             x = x.contiguous()
             if self.kind == "int8":
                 return native.int8_linear(x, self.data, self.scales, self.isa)
+            if self.kind == "dense":
+                return native.dense_linear(x, self.data, self.isa)
             return native.int4_linear(x, self.data, self.scales, self.mins, self.isa)
         if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
             # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows: the
@@ -118,6 +128,8 @@ class QuantWeight:
         """-> w [N, K] float32 as the kernels see it (tests compare the kernels against this)."""
         if self.backend == "native" and self.kind == "int8":
             return native.unpack_int8(self.data).float() * self.scales[:, None]
+        if self.kind == "dense":
+            return native.unpack_dense(self.data).float()
         if self.backend == "native":
             return native.dequantize_int4(self.data, self.scales, self.mins)
         if self.kind == "int8":
@@ -128,13 +140,30 @@ class QuantWeight:
         return w_t.float().t()[: self.out_features].contiguous()
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """int8 only: rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup)."""
+        """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup)."""
+        if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
+            return self.data[ids // 16, :, ids % 16]
+        if self.kind == "int4":
+            return self._int4_rows(ids)
         if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad
             tiles = self.data.view(self.data.shape[0], -1, 16, 4)
             q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], self.in_features)
         else:
             q = self.data[ids]
         return q.to(self.act_dtype) * self.scales[ids].unsqueeze(-1).to(self.act_dtype)
+
+    def _int4_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Native int4 rows: a row's codes are one nibble of every k-quad's bytes of its tile."""
+        if self.backend != "native":
+            raise ValueError("int4 rows: only the native layout")
+        tile, lane = ids // 16, ids % 16
+        quads = self.data[tile].view(ids.shape[0], -1, 8, 4)  # [T, K / 4, 8, 4]: byte 4 (lane % 8) + k % 4
+        nib = quads[torch.arange(ids.shape[0]), :, lane % 8]  # [T, K / 4, 4]
+        q = torch.where((lane >= 8)[:, None, None], nib >> 4, nib & 15).reshape(ids.shape[0], self.in_features)
+        d = self.scales[tile, :, lane].float()  # [T, K / 32]
+        mn = self.mins[tile, :, lane].float() if self.mins is not None else -8 * d
+        w = q.float().view(ids.shape[0], -1, INT4_GROUP) * d[..., None] + mn[..., None]
+        return w.view(ids.shape[0], self.in_features).to(self.act_dtype)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,13 +202,17 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, isa: int | None = None) -> None:
-    """Quantize every layer that knows how (linear layers: ``kind``; embedding / LM head: int8), in place."""
+    """Quantize every layer that knows how (linear layers: ``kind``; embedding / LM head: int8, or int4 if the
+    file holds it so), in place. ``none``: dense weights, which a bfloat16 model on radixlm's kernels (``isa``)
+    keeps in the dense kernel's tiles (its results do not depend on the batch, unlike torch's matmul)."""
     if kind not in QUANT_KINDS:
         raise ValueError(f"quantization must be one of {QUANT_KINDS}, got {kind!r}")
     if kind == "none":
-        for module in model.modules():
+        for module in list(model.modules()):
             if hasattr(module, "materialize"):
                 module.materialize()
+                if isa is not None and module.weight is not None and module.weight.dtype == torch.bfloat16:
+                    module.tile_dense(isa)
         return
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError(f"quantization {kind!r} runs on the CPU only (torch's weight-only CPU kernels)")

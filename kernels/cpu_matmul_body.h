@@ -1,5 +1,5 @@
-// The int4 / int8 weight-only matmul kernels, written once against the vector layer (compiled per
-// instruction set by cpu_foreach_isa.h; the ops and the layouts are in cpu_quant_matmul.cpp).
+// The matmul kernels, int4 / int8 weight-only and dense (bfloat16 or float32 weights), written once against
+// the vector layer (compiled per instruction set by cpu_foreach_isa.h; the ops and layouts: cpu_matmul.cpp).
 //
 // Batch invariance: a row of y is computed by the same operations in the same order whichever tile size
 // (MT rows) and batch it comes in, and activation quantization is per row, so a row's result never
@@ -42,18 +42,20 @@ void quantize_rows(const T* x, int64_t r0, int64_t r1, const QuantizedX& out) {
 
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 weights. Per 64-block of K (one activation scale, two
 // weight groups): the groups' int32 dot products scaled as (ip0 d0 + ip1 d1) a, plus the minimums' mn_g t_g.
+// Without stored minimums (mn null: GGUF's Q4_0, w = d (q - 8)) mn_g is -8 d_g, exactly what a stored one
+// would hold, so the result is the same bits either way.
 template <int MT, typename T>
 void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
                const QuantizedX& xq, int64_t m0, T* y) {
   const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
   const uint8_t* wt = codes + tile * (k / 4) * 32;
   const at::Half* dt = d + tile * g_count * 16;
-  const at::Half* mt = mn + tile * g_count * 16;
+  const at::Half* mt = mn != nullptr ? mn + tile * g_count * 16 : nullptr;
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
-  prefetch(mn + (tile + 1) * g_count * 16);
+  if (mn != nullptr) prefetch(mn + (tile + 1) * g_count * 16);
   for (int64_t b = 0; b < nb; ++b) {
     for (int line = 0; line < 8; ++line) prefetch(wt + (2 * b + kPrefetch) * 256 + 64 * line);
     F16 both[MT];
@@ -63,7 +65,8 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
       const F16 dh = fload(dt + (2 * b + h) * 16);
       for (int i = 0; i < MT; ++i) both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
     }
-    const F16 n0 = fload(mt + 2 * b * 16), n1 = fload(mt + (2 * b + 1) * 16);
+    const F16 n0 = mt != nullptr ? fload(mt + 2 * b * 16) : mul(fload(dt + 2 * b * 16), fset1(-8.f));
+    const F16 n1 = mt != nullptr ? fload(mt + (2 * b + 1) * 16) : mul(fload(dt + (2 * b + 1) * 16), fset1(-8.f));
     for (int i = 0; i < MT; ++i) {
       const float* t = xq.t + ((m0 + i) * nb + b) * 2;
       acc[i] = fmadd(both[i], fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
@@ -122,4 +125,37 @@ template <typename T>
 void int8_tiles(const int8_t* q, const float* s, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq, int64_t m,
                 T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int8_tile<decltype(mt)::value>(q, s, n, t, xq, m0, y); });
+}
+
+// rows [r0, r1) of x [M, K] (T) -> float32 xf [M, K]
+template <typename T>
+void widen_rows(const T* x, int64_t r0, int64_t r1, int64_t k, float* xf) {
+  for (int64_t i = r0; i < r1; ++i) {
+    for (int64_t j = 0; j < k; j += 16) fstore(xf + i * k + j, fload(x + i * k + j));
+  }
+}
+
+template <int MT, typename T, typename W>
+void dense_tile(const W* w, int64_t n, int64_t k, int64_t tile, const float* xf, int64_t m0, T* y) {
+  const W* wt = w + tile * k * 16;
+  const float* xs = xf + m0 * k;
+  F16 acc[MT];
+  for (int i = 0; i < MT; ++i) acc[i] = fzero();
+  for (int64_t kk = 0; kk < k; ++kk) {
+    if ((kk & 7) == 0) prefetch(wt + (kk + 32) * 16);
+    const F16 wv = fload(wt + kk * 16);
+    for (int i = 0; i < MT; ++i) acc[i] = fmadd(wv, fset1(xs[i * k + kk]), acc[i]);
+  }
+  for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
+}
+
+template <typename T, typename W>
+void dense_tiles(const W* w, int64_t n, int64_t k, int64_t t0, int64_t t1, const float* xf, int64_t m, T* y) {
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t m0 = 0;
+    for (; m0 + kMaxRows <= m; m0 += kMaxRows) dense_tile<kMaxRows>(w, n, k, t, xf, m0, y);
+    if (kMaxRows > 4 && m - m0 >= 4) { dense_tile<4>(w, n, k, t, xf, m0, y); m0 += 4; }
+    if (m - m0 >= 2) { dense_tile<2>(w, n, k, t, xf, m0, y); m0 += 2; }
+    if (m - m0 >= 1) dense_tile<1>(w, n, k, t, xf, m0, y);
+  }
 }

@@ -1,9 +1,11 @@
-"""int4 / int8 weight-only matmuls (cpu_quant_matmul.cpp, every instruction set) beside their torch references.
+"""int4 / int8 weight-only and dense matmuls (cpu_matmul.cpp, every instruction set) beside their torch references.
 
 ``isa`` is the kernel path (``cpu_ext.resolve``); ``cpu_ext.available()`` builds and loads the kernels.
 
-Both quantize x to int8 on the fly, one scale per block of 64 along K; see the .cpp for the layouts.
-Shapes: x [M, K], y [M, N]; the weights as pack_int4 / pack_int8 lay them out (16-row tiles).
+The quantized ones quantize x to int8 on the fly, one scale per block of 64 along K; the dense one widens x
+to float32 and sums k in order; see the .cpp for the layouts. Shapes: x [M, K], y [M, N]; the weights as
+pack_int4 / pack_int8 / pack_dense lay them out (16-row tiles). int4 minimums may be None (GGUF's Q4_0:
+w = d (q - 8), the kernel takes mn = -8 d).
 """
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ from radixlm.kernels.cpu_ext import available
 
 BLOCK = 64  # K must be a multiple of it
 GROUP = 32  # int4 scale group along K
-__all__ = ["available", "int4_linear", "int8_linear", "pack_int4", "pack_int8"]
+__all__ = ["available", "dense_linear", "int4_linear", "int8_linear", "pack_dense", "pack_int4", "pack_int8"]
+NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
-def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, isa: int) -> torch.Tensor:
-    return torch.ops.radixlm_cpu.int4_linear(x, codes, d, mn, isa)
+def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None,
+                isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int4_linear(x, codes, d, NO_MINS if mn is None else mn, isa)
+
+
+def dense_linear(x: torch.Tensor, w: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.dense_linear(x, w, isa)
 
 
 def int8_linear(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, isa: int) -> torch.Tensor:
@@ -39,16 +47,35 @@ def _untile(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(1, 2).reshape(nt * 16, kq * 4)
 
 
-def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     """codes q [N, K] in [0, 15], d and mn [N, K / 32] -> the kernel's (codes uint8 [N / 16, K / 4, 32],
-    d float16 [N / 16, K / 32, 16], mn likewise): rows 0-7 of a tile in the low nibbles, 8-15 in the high."""
+    d float16 [N / 16, K / 32, 16], mn likewise or None): rows 0-7 of a tile in the low nibbles, 8-15 in
+    the high."""
     t = _tiles(q.to(torch.uint8))
     codes = t[:, :, :8].reshape(*t.shape[:2], 32) | (t[:, :, 8:].reshape(*t.shape[:2], 32) << 4)
 
     def scales(v: torch.Tensor) -> torch.Tensor:
         return v.to(torch.float16).view(-1, 16, v.shape[1]).transpose(1, 2).contiguous()
 
-    return codes.contiguous(), scales(d), scales(mn)
+    return codes.contiguous(), scales(d), None if mn is None else scales(mn)
+
+
+def pack_dense(w: torch.Tensor) -> torch.Tensor:
+    """w [N, K] -> [N / 16, K, 16]: 16 rows at a time, k-major."""
+    n, k = w.shape
+    if n % 16 or k % 16:
+        raise ValueError(f"the dense CPU kernel needs N and K divisible by 16, got [{n}, {k}]")
+    return w.view(n // 16, 16, k).transpose(1, 2).contiguous()
+
+
+def unpack_dense(tiles: torch.Tensor) -> torch.Tensor:
+    nt, k, _ = tiles.shape
+    return tiles.transpose(1, 2).reshape(nt * 16, k)
+
+
+def dense_linear_torch(x: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
+    """The reference: float32 x @ w^T."""
+    return (x.float() @ unpack_dense(tiles).float().t()).to(x.dtype)
 
 
 def pack_int8(q: torch.Tensor) -> torch.Tensor:
@@ -60,8 +87,8 @@ def unpack_int8(packed: torch.Tensor) -> torch.Tensor:
     return _untile(packed)
 
 
-def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The inverse of pack_int4 -> (q uint8 [N, K], d [N, K / 32], mn likewise)."""
+def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """The inverse of pack_int4 -> (q uint8 [N, K], d [N, K / 32], mn likewise, -8 d without minimums)."""
     nt, kq = codes.shape[:2]
     low, high = (codes & 15).view(nt, kq, 8, 4), (codes >> 4).view(nt, kq, 8, 4)
     q = _untile(torch.cat((low, high), dim=2))
@@ -69,10 +96,10 @@ def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple
     def scales(v: torch.Tensor) -> torch.Tensor:
         return v.transpose(1, 2).reshape(nt * 16, -1)
 
-    return q, scales(d), scales(mn)
+    return q, scales(d), scales(d) * -8 if mn is None else scales(mn)
 
 
-def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
     """-> w [N, K] float32 = d * q + mn per group of 32."""
     q, d, mn = unpack_int4(codes, d, mn)
     q = q.float().view(q.shape[0], -1, GROUP)
@@ -87,9 +114,7 @@ def quantize_x_torch(x: torch.Tensor) -> torch.Tensor:
     return (torch.round(xb * inv) * (amax / 127)).view(x.shape)
 
 
-def int4_linear_torch(
-    x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor
-) -> torch.Tensor:
+def int4_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
     """The reference: the same quantized activations times the dequantized weight, in float32."""
     return (quantize_x_torch(x) @ dequantize_int4(codes, d, mn).t()).to(x.dtype)
 

@@ -1,0 +1,126 @@
+// Weight-only int4 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
+// y [M, N] in x's dtype. Torch references: cpu_matmul.py. The bodies are in cpu_matmul_body.h, compiled
+// once per instruction set; these are the ops, their checks and the threading.
+//
+// Quantized weights: the activations are quantized on the fly to int8, one scale per block of 64 along K
+// (a = max|x| / 127, measured lossless on SmolLM2), so the inner product is an int8 dot product
+// (AVX512-VNNI's vpdpbusd, or AVX2's vpmaddubsw + vpmaddwd) instead of float FMAs.
+//
+// Weights are tiled 16 output rows at a time, so a vector lane is an output row, and the float scales
+// apply to 16 rows at once (no horizontal sums). N must be a multiple of 16.
+// int4: q in [0, 15], w = d * q + mn per group of 32 along K (GGUF's Q4_1; Q4_0 without mn: mn = -8 d).
+//   codes [N/16, K/4, 32] bytes: for a tile and a k-quad, byte p holds row p/4's k % 4 = p % 4 in its low
+//   nibble and row 8 + p/4's in its high nibble; d, mn float16 [N/16, K/32, 16] (mn may be empty).
+//   sum_k w x = sum_g d_g a sum(q xq) + mn_g a sum(xq).
+// int8: w = s * q, q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k), s float32 [N].
+// dense: w [N/16, K, 16] in bfloat16 or float32, k-major inside a tile; x is widened to float32.
+#include "cpu_isa.h"
+#include "cpu_ops.h"
+
+#define RADIXLM_BODY "cpu_matmul_body.h"
+#include "cpu_foreach_isa.h"
+
+namespace radixlm_cpu {
+namespace {
+
+void check_x(const at::Tensor& x, int64_t k) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous [M, K] tensor");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x must be float32 or bfloat16");
+  TORCH_CHECK(x.size(1) == k && k % 64 == 0, "x has ", x.size(1), " columns; the weight has ", k,
+              " (a multiple of 64)");
+}
+
+at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
+  check_isa(isa);
+  check_weight(w);
+  check_x(x, w.k());
+  TORCH_CHECK(w.bits != 16 || w.data.scalar_type() == x.scalar_type(), "dense weight: x and w dtypes differ");
+  const int64_t m = x.size(0), k = x.size(1);
+  std::vector<char> memory(Activations::bytes(m, k, w.bits) + 64);
+  const Activations a = Activations::at(memory.data(), m, k, w.bits);
+  at::parallel_for(0, m, 16, [&](int64_t r0, int64_t r1) { prepare_range(x, r0, r1, a, w.bits, isa); });
+  at::Tensor y = at::empty({m, w.n()}, x.options());
+  at::parallel_for(0, w.n() / 16, 4, [&](int64_t t0, int64_t t1) { linear_tiles(w, a, t0, t1, y, isa); });
+  return y;
+}
+
+}  // namespace
+
+void check_weight(const QuantWeightRef& w) {
+  if (w.bits == 4) {
+    const bool mins = w.mins.defined() && w.mins.numel() > 0;
+    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf &&
+                (!mins || w.mins.scalar_type() == at::kHalf), "int4 weight: uint8 codes with float16 scales and minimums");
+    TORCH_CHECK(w.scales.dim() == 3 && w.data.numel() * 2 == w.n() * w.k() && (!mins || w.mins.sizes() == w.scales.sizes()) &&
+                w.data.is_contiguous() && w.scales.is_contiguous() && (!mins || w.mins.is_contiguous()),
+                "int4 weight: codes, scales and minimums disagree");
+  } else if (w.bits == 8) {
+    TORCH_CHECK(w.n() % 16 == 0, "int8 weight rows must be a multiple of 16, got ", w.n());
+    TORCH_CHECK(w.data.scalar_type() == at::kChar && w.scales.scalar_type() == at::kFloat && w.data.is_contiguous() &&
+                w.scales.is_contiguous(), "int8 weight: int8 with float32 scales");
+  } else {
+    TORCH_CHECK(w.data.dim() == 3 && w.data.size(2) == 16 && w.data.is_contiguous() &&
+                (w.data.scalar_type() == at::kFloat || w.data.scalar_type() == at::kBFloat16),
+                "dense weight: a contiguous float32 or bfloat16 [N / 16, K, 16] tensor");
+  }
+}
+
+int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : bits == 4 ? scales.size(0) * 16 : scales.size(0); }
+int64_t QuantWeightRef::k() const {
+  return bits == 16 ? data.size(1) : bits == 4 ? scales.size(1) * 32 : data.numel() / std::max<int64_t>(n(), 1);
+}
+
+void prepare_range(const at::Tensor& x, int64_t r0, int64_t r1, const Activations& a, int64_t bits, int64_t isa) {
+  dispatch_float_bf16(x, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if (bits == 16) {
+      RADIXLM_ISA_CALL(isa, widen_rows<T>, x.data_ptr<T>(), r0, r1, x.size(1), a.xf);
+    } else {
+      RADIXLM_ISA_CALL(isa, quantize_rows<T>, x.data_ptr<T>(), r0, r1, a.q);
+    }
+  });
+}
+
+void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa) {
+  const int64_t m = y.size(0), n = y.size(1);
+  dispatch_float_bf16(y, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* out = y.data_ptr<T>();
+    if (w.bits == 4) {
+      const at::Half* mn = w.mins.defined() && w.mins.numel() > 0 ? w.mins.data_ptr<at::Half>() : nullptr;
+      RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, n, t0, t1,
+                       a.q, m, out);
+    } else if (w.bits == 8) {
+      RADIXLM_ISA_CALL(isa, int8_tiles<T>, w.data.data_ptr<int8_t>(), w.scales.data_ptr<float>(), n, t0, t1, a.q, m, out);
+    } else {
+      RADIXLM_ISA_CALL(isa, dense_tiles<T>, w.data.data_ptr<T>(), n, w.k(), t0, t1, a.xf, m, out);
+    }
+  });
+}
+
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa) {
+  return linear(x, QuantWeightRef{4, w, d, mn}, isa);
+}
+
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s, int64_t isa) {
+  return linear(x, QuantWeightRef{8, w, s, s}, isa);
+}
+
+at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa) {
+  return linear(x, QuantWeightRef{16, w, at::Tensor(), at::Tensor()}, isa);
+}
+
+}  // namespace radixlm_cpu
+
+TORCH_LIBRARY(radixlm_cpu, m) {
+  m.def("isa_supported(int isa) -> bool", [](int64_t isa) { return radixlm_cpu::isa_supported(isa); });
+  m.def("int4_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
+  m.def("int8_linear(Tensor x, Tensor w, Tensor s, int isa) -> Tensor");
+  m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
+  m.impl("int4_linear", &radixlm_cpu::int4_linear);
+  m.impl("int8_linear", &radixlm_cpu::int8_linear);
+  m.impl("dense_linear", &radixlm_cpu::dense_linear);
+}
