@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from machine_limits import read_bandwidth, weight_bytes  # noqa: E402
+from machine_limits import read_bandwidth  # noqa: E402
 
 from radixlm.runtime.engine import Engine  # noqa: E402
 
@@ -61,8 +61,21 @@ def ttft_tpot(engine: Engine, context: int, new_tokens: int = 32) -> tuple[float
     return meta["ttft"], (meta["e2e_latency"] - meta["ttft"]) / (new_tokens - 1)
 
 
-def llama_bench(exe: str, model: str, args: list[str]) -> list[dict]:
-    out = subprocess.run([exe, "-m", model, "-t", str(os.cpu_count()), "-r", "3", "-o", "json", *args],
+def step_bytes(engine: Engine) -> int:
+    """Bytes of weights a batch-1 decode step reads: every layer's and the LM head's, as the engine holds them
+    (the embedding lookup reads one row of a tied table; norms are negligible)."""
+    total = 0
+    for module in [*engine.model.layers.modules(), engine.model.lm_head]:
+        quant = getattr(module, "quant", None)
+        if quant is not None:
+            total += sum(t.numel() * t.element_size() for t in (quant.data, quant.scales, quant.mins) if t is not None)
+        elif getattr(module, "weight", None) is not None and module.weight.dim() == 2:
+            total += module.weight.numel() * module.weight.element_size()
+    return total
+
+
+def llama_bench(exe: str, model: str, args: list[str], repeats: int = 3) -> list[dict]:
+    out = subprocess.run([exe, "-m", model, "-t", str(os.cpu_count()), "-r", str(repeats), "-o", "json", *args],
                          capture_output=True, text=True, timeout=3600)
     return json.loads(out.stdout) if out.returncode == 0 else []
 
@@ -73,8 +86,8 @@ def llama_rate(rows: list[dict], key: str) -> float | None:
 
 def llama_at_depth(exe: str, model: str, context: int, new_tokens: int = 32) -> tuple[float | None, float | None]:
     """llama-bench's prefill of context - new_tokens tokens, and its decode at that depth (tok/s)."""
-    prefill = llama_rate(llama_bench(exe, model, ["-p", str(context - new_tokens), "-n", "0"]), "n_prompt")
-    decode = llama_rate(llama_bench(exe, model, ["-p", "0", "-n", str(new_tokens), "-d", str(context - new_tokens)]),
+    prefill = llama_rate(llama_bench(exe, model, ["-p", str(context - new_tokens), "-n", "0"], 1), "n_prompt")
+    decode = llama_rate(llama_bench(exe, model, ["-p", "0", "-n", str(new_tokens), "-d", str(context - new_tokens)], 1),
                         "n_gen")
     return prefill, decode
 
@@ -93,8 +106,7 @@ def run_model(model: str, exe: str | None, bandwidth: float, sweeps: bool) -> di
     t = time.perf_counter()
     engine = Engine(model, progress=False, max_total_tokens=16384, chunked_prefill_size=2048)
     out = {"model": os.path.basename(model), "startup_s": time.perf_counter() - t}
-    step_bytes = dict(weight_bytes(model))
-    out["bytes_per_token"] = step_bytes["radixlm int4 layers + int8 LM head (the default for a Q4 file)"]
+    out["bytes_per_token"] = step_bytes(engine)
     out["radixlm_decode"] = decode_tok_s(engine, 1, 64)
     out["radixlm_prefill_512"] = prefill_tok_s(engine, 512)
     if exe:
