@@ -32,11 +32,14 @@ from common import cpu_description  # noqa: E402
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down (N, K)
 ENGINES = {  # name -> Engine options
-    "float32, torch's ops": {"dtype": "float32", "quantization": "none", "cpu_kernels": "torch"},
-    "bfloat16, torch's ops": {"quantization": "none", "cpu_kernels": "torch"},
-    "int4, torch's kernels": {"quantization": "int4", "cpu_kernels": "torch"},
-    "int4, torch's kernels, compiled": {"quantization": "int4", "cpu_kernels": "torch", "enable_torch_compile": True},
-    "int4, radixlm's kernels, compiled": {"quantization": "int4", "enable_torch_compile": True},
+    "float32, torch's ops": {"dtype": "float32", "quantization": "none", "cpu_kernels": "torch",
+                             "deterministic": False},
+    "bfloat16, torch's ops": {"quantization": "none", "cpu_kernels": "torch", "deterministic": False},
+    "int4, torch's kernels": {"quantization": "int4", "cpu_kernels": "torch", "deterministic": False},
+    "int4, torch's kernels, compiled": {"quantization": "int4", "cpu_kernels": "torch", "enable_torch_compile": True,
+                                        "deterministic": False},
+    "int4, radixlm's kernels, compiled": {"quantization": "int4", "enable_torch_compile": True,
+                                          "deterministic": False},
     "int8, radixlm's fused layers": {"quantization": "int8"},
     "default (int4, radixlm's fused layers)": {},
 }

@@ -179,10 +179,21 @@ class ExecutionConfig:
                                       "(compiled at startup, cached on disk)")
     torch_compile_max_bs: int = _opt(16, "largest decode batch the compiled CPU step runs (larger ones run eagerly)")
     num_threads: int | None = _opt(None, "torch intra-op threads; default: the number of cores")
+    deterministic: bool = _opt(True, "batch- and cache-invariant decoding: a request's tokens and logprobs do not "
+                               "depend on what it is batched with, the radix cache, chunking, page size or "
+                               "speculation (radixlm's kernels for every matmul, norm and attention). "
+                               "--no-deterministic allows --cpu-kernels torch and --enable-torch-compile, which "
+                               "are not invariant")
 
     def __post_init__(self) -> None:
         _check_positive(self, "torch_compile_max_bs")
         _check_choices(self)
+        if self.deterministic and self.cpu_kernels == "torch":
+            raise ValueError("cpu_kernels 'torch': torch's matmuls and attention are not batch-invariant; add "
+                             "--no-deterministic (deterministic=False) to use them")
+        if self.deterministic and self.enable_torch_compile:
+            raise ValueError("enable_torch_compile: the compiled decode step is not batch-invariant (its kernels "
+                             "are not the eager extend's); add --no-deterministic (deterministic=False) to use it")
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,10 @@ class EngineConfig:
         if self.execution.enable_torch_compile and (self.parallel.tp_size > 1 or self.execution.device == "cuda"):
             raise ValueError("enable_torch_compile compiles the CPU decode step of one process (tp_size 1); on "
                              "CUDA decode batches replay CUDA graphs instead")
+        page, sched = self.cache.page_size, self.scheduler
+        for name in ("chunked_prefill_size", "max_prefill_tokens"):  # a prefill chunk is whole pages
+            if getattr(sched, name) < page:
+                raise ValueError(f"{name} must be >= page_size ({page}), got {getattr(sched, name)}")
 
     @classmethod
     def concerns(cls) -> dict[str, type]:

@@ -17,7 +17,7 @@ import torch
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.decode.grammar import jump_forward, poll_compiles
-from radixlm.runtime.decode.logprobs import logit_positions, record_prompt_logprobs
+from radixlm.runtime.decode.logprobs import logit_positions, record_output_logprob, record_prompt_logprobs
 from radixlm.runtime.decode.sampler import sample
 from radixlm.runtime.decode.speculative import SpecDecoder
 from radixlm.runtime.decode.stopping import append_token
@@ -58,7 +58,7 @@ class Scheduler:
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "mixed_decode_steps": 0,
                       "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
-        self.spec = SpecDecoder(config.speculative, forward, cache, decode, max_context) \
+        self.spec = SpecDecoder(config.speculative, forward, cache, decode, max_context, cpu_isa) \
             if config.speculative.speculative_algorithm else None
 
     # ------------------------------------------------------------ queue management
@@ -337,12 +337,8 @@ class Scheduler:
         result = sample(logits, reqs, self.cpu_isa)
         starts = [len(r.output_ids) for r in reqs]
         for i, req in enumerate(reqs):
-            tok = result.tokens[i]
-            if req.logprob.return_logprob:
-                req.output_token_logprobs.append((result.logprobs[i], tok))
-                if result.top_logprobs is not None:
-                    req.output_top_logprobs.append(result.top_logprobs[i])
-            append_token(req, tok, self.decode, self.max_context)
+            record_output_logprob(req, result, i)
+            append_token(req, result.tokens[i], self.decode, self.max_context)
         return self._finish_step(reqs, starts)
 
     def _finish_step(self, reqs: list[Req], starts: list[int]) -> list[StepOutput]:

@@ -34,7 +34,7 @@ def engines(request):
     quantization, cfg = request.param
 
     def make(**extra) -> Engine:
-        return Engine.from_model(random_model(cfg, seed=0), None, quantization=quantization,
+        return Engine.from_model(random_model(cfg, seed=0), None, quantization=quantization, deterministic=False,
                                  max_total_tokens=4096, check_invariants=True, **extra)
 
     compiled = make(enable_torch_compile=True, torch_compile_max_bs=4)
@@ -118,15 +118,19 @@ def test_compiled_logits_match_eager_step(engines):
 
 def test_config_errors():
     with pytest.raises(ValueError, match="enable_torch_compile compiles the CPU decode step"):
-        Engine.from_model(random_model(TINY, seed=0), None, enable_torch_compile=True, device="cuda")
+        Engine.from_model(random_model(TINY, seed=0), None, enable_torch_compile=True, device="cuda",
+                          deterministic=False)
+    with pytest.raises(ValueError, match="not batch-invariant.*--no-deterministic"):
+        Engine.from_model(random_model(TINY, seed=0), None, enable_torch_compile=True)
     with pytest.raises(ValueError, match="torch_compile_max_bs must be >= 1"):
         Engine.from_model(random_model(TINY, seed=0), None, enable_torch_compile=True, torch_compile_max_bs=0)
 
 
 def test_two_engines_run_their_own_models(engines):
     """Graphs are cached per engine: another model in the same process (here seed 1) gets its own."""
-    other = Engine.from_model(random_model(TINY, seed=1), None, enable_torch_compile=True, max_total_tokens=1024)
-    reference = Engine.from_model(random_model(TINY, seed=1), None, max_total_tokens=1024)
+    other = Engine.from_model(random_model(TINY, seed=1), None, enable_torch_compile=True, max_total_tokens=1024,
+                              deterministic=False)
+    reference = Engine.from_model(random_model(TINY, seed=1), None, max_total_tokens=1024, deterministic=False)
     prompts = [ids(9, 3), ids(17, 4)]
     got = [r["output_ids"] for r in other.generate(input_ids=prompts, sampling_params=GREEDY)]
     assert got == [r["output_ids"] for r in reference.generate(input_ids=prompts, sampling_params=GREEDY)]

@@ -43,7 +43,8 @@ def test_quantized_models_run_fused_like_the_layer_by_layer_model(quantization):
     logprobs and greedy tokens."""
     fused, eager = engine(quantization), engine(quantization)
     eager.runner.fused = None
-    assert fused.runner.fused is not None and engine(quantization, cpu_kernels="torch").runner.fused is None
+    assert fused.runner.fused is not None and engine(quantization, cpu_kernels="torch",
+                                                                     deterministic=False).runner.fused is None
     prompts = [[(7 * j) % 250 for j in range(40)], [3, 4, 5]]
     for got, want in zip(run(fused, prompts), run(eager, prompts), strict=True):
         lp_got = torch.tensor([x[0] for x in got["meta_info"]["input_token_logprobs"][1:]])
@@ -54,15 +55,18 @@ def test_quantized_models_run_fused_like_the_layer_by_layer_model(quantization):
 
 
 def test_bfloat16_dense_models_run_fused_on_the_dense_kernel():
-    """A dense bfloat16 model runs its matmuls on radixlm's dense kernel, fused; float32 keeps torch's matmul
-    (what the transformers-parity tests compare), and a model the kernels cannot take is not fused."""
+    """A dense bfloat16 model runs its matmuls on radixlm's dense kernel, fused; float32 too by default
+    (deterministic), and keeps torch's matmul with --no-deterministic; a model the kernels cannot take is
+    not fused."""
     dense = Engine.from_model(random_model(HEAD64, dtype=torch.bfloat16, seed=0), None, quantization="none",
                               max_total_tokens=2048)
     assert dense.runner.fused is not None and dense.runner.fused.bits == 16
     assert dense.model.layers[0].mlp.down_proj.quant.kind == "dense"
     out = dense.generate(input_ids=[3, 4, 5, 6], sampling_params=GREEDY)
     assert len(out["output_ids"]) == GREEDY["max_new_tokens"]
-    assert engine("none").runner.fused is None  # float32
+    assert engine("none").model.layers[0].mlp.down_proj.quant.kind == "dense"  # float32, deterministic
+    fast = engine("none", deterministic=False)
+    assert fast.runner.fused is None and fast.model.layers[0].mlp.down_proj.quant is None
     assert Engine.from_model(random_model(TINY, seed=0), None, quantization="int4").runner.fused is None  # head dim 16
 
 

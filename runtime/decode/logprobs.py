@@ -1,10 +1,16 @@
-"""Prompt logprobs: which positions of an extend step need logits, and recording them on the request."""
+"""Logprobs: which positions of an extend step need logits, and recording prompt and output logprobs on the
+request."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
 from radixlm.runtime.request import Req
+
+if TYPE_CHECKING:
+    from radixlm.runtime.decode.sampler import SampleOutput
 
 
 def logit_positions(req: Req, start: int, n: int) -> list[int]:
@@ -38,3 +44,11 @@ def record_prompt_logprobs(req: Req, positions: list[int], logits: torch.Tensor)
         vals, ids = lp.topk(k, dim=-1)
         req.input_top_logprobs.extend(list(zip(i, v, strict=True)) for i, v in
                                       zip(ids.tolist(), vals.tolist(), strict=True))
+
+
+def record_output_logprob(req: Req, result: SampleOutput, row: int) -> None:
+    """The sampled token of ``row`` of a sampler result, with its logprob (and top-k), if the request asked."""
+    if req.logprob.return_logprob:
+        req.output_token_logprobs.append((result.logprobs[row], result.tokens[row]))
+        if result.top_logprobs is not None:
+            req.output_top_logprobs.append(result.top_logprobs[row])

@@ -134,9 +134,9 @@ class QuantizableLinear(nn.Module):
             self.weight = None
 
     def tile_dense(self, isa: int) -> None:
-        """The dense weight into radixlm's dense kernel's tiles (where N and K are multiples of 16)."""
+        """The dense weight into radixlm's dense kernel's tiles (where N is a multiple of 16 and K of 64)."""
         n, k = self.weight.shape
-        if n % 16 == 0 and k % 16 == 0 and self.weight.device.type == "cpu":
+        if n % 16 == 0 and k % 64 == 0 and self.weight.device.type == "cpu":
             self.quant, self.weight = QuantWeight.tile_dense(self.weight, isa), None
 
     def load_blocks(self, shard: int, blocks: Int4Blocks) -> None:

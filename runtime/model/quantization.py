@@ -201,17 +201,20 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, scales
 
 
-def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, isa: int | None = None) -> None:
+def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, isa: int | None = None,
+                   deterministic: bool = True) -> None:
     """Quantize every layer that knows how (linear layers: ``kind``; embedding / LM head: int8, or int4 if the
-    file holds it so), in place. ``none``: dense weights, which a bfloat16 model on radixlm's kernels (``isa``)
-    keeps in the dense kernel's tiles (its results do not depend on the batch, unlike torch's matmul)."""
+    file holds it so), in place. ``none``: dense weights, which on radixlm's kernels (``isa``) go into the
+    dense kernel's tiles: always in bfloat16 (faster than torch's bf16 matmul), in float32 when
+    ``deterministic`` (its results do not depend on the batch, unlike torch's matmul)."""
     if kind not in QUANT_KINDS:
         raise ValueError(f"quantization must be one of {QUANT_KINDS}, got {kind!r}")
     if kind == "none":
+        tiled = (torch.bfloat16, torch.float32) if deterministic else (torch.bfloat16,)
         for module in list(model.modules()):
             if hasattr(module, "materialize"):
                 module.materialize()
-                if isa is not None and module.weight is not None and module.weight.dtype == torch.bfloat16:
+                if isa is not None and module.weight is not None and module.weight.dtype in tiled:
                     module.tile_dense(isa)
         return
     if any(p.device.type != "cpu" for p in model.parameters()):

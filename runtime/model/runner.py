@@ -13,6 +13,7 @@ from radixlm.runtime.kv.pool import KVPool, PageAllocator, ReqToTokenPool
 from radixlm.runtime.model.attention import make_backend, resolve_backend
 from radixlm.runtime.model.attention.cpu_decode import native_fits
 from radixlm.runtime.model.fused import FusedLayers, fusable
+from radixlm.runtime.model.invariance import invariance_gaps
 from radixlm.runtime.model.layers import HeadShard
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.quantization import quantize_model
@@ -33,7 +34,8 @@ class ModelRunner:
         self.cpu_isa = cpu_ext.resolve(config.execution.cpu_kernels) if self.device.type == "cpu" else None
         if self.device.type == "cpu":
             log.info("CPU kernels: %s", cpu_ext.describe(self.cpu_isa))
-        quantize_model(model, config.load.quantization, keep_dense=not config.load.quantized_prefill, isa=self.cpu_isa)
+        quantize_model(model, config.load.quantization, keep_dense=not config.load.quantized_prefill, isa=self.cpu_isa,
+                       deterministic=config.execution.deterministic)
         cfg = model.cfg
         self.max_context = min(config.load.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self._build_pool(config, dtype)
@@ -54,6 +56,10 @@ class ModelRunner:
                                                                  config.scheduler.max_running_requests), attention_isa)
         elif bits is not None:  # every batch through radixlm's fused decoder layers: no graph to compile
             self.fused = FusedLayers(model, bits, self.pool.k_buffer, self.pool.v_buffer, attention_isa)
+        self.invariance_gaps = invariance_gaps(model, self.device.type, self.cpu_isa, attention_isa,
+                                               self.compiled is not None)
+        if config.execution.deterministic and self.invariance_gaps:
+            log.warning("not batch- / cache-invariant here: %s", "; ".join(self.invariance_gaps))
         if self.device.type == "cuda" and self.backend_name == "triton" and not config.execution.disable_cuda_graph:
             from radixlm.runtime.model.cuda_graph import DecodeGraphs
 

@@ -189,7 +189,8 @@ def run_scheduler(cfg: EngineConfig, paths: IpcPaths, parent_pid: int, log_level
         return
     info = {"max_context": core.max_context, "kv_total": core.cache.alloc.capacity,
             "dtype": str(core.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
-            "scheduler_pid": os.getpid()}
+            "scheduler_pid": os.getpid(), "invariant": not core.runner.invariance_gaps,
+            "invariance_gaps": core.runner.invariance_gaps}
     ready.send(encode(Ready("scheduler", info=info)))
     try:
         proc.loop(parent_pid)

@@ -1,8 +1,8 @@
 """Speculative decoding proposers: prompt lookup (n-gram) and self-speculation (the target's first layers).
 
-Both propose greedily, so a draft is a deterministic guess: verification (spec_verify.py) accepts draft token d
-with the target's probability p(d) and otherwise samples from p without d, which keeps the output
-distribution exactly the target's.
+Both propose greedily, so a draft is a deterministic guess: verification (verify.py) samples each position as
+plain decoding would and accepts draft token d iff the sample is d (with probability p(d)), so the output is
+the tokens speculation-off decoding gives.
 """
 
 from __future__ import annotations

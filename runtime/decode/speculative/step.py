@@ -30,8 +30,8 @@ COOLDOWN_STEPS = 16  # steps a request goes without drafting after a poor window
 
 class SpecDecoder:
     def __init__(self, cfg: SpeculativeConfig, forward: Callable[[ForwardBatch], torch.Tensor], cache: KVCacheManager,
-                 decode: Callable[[list[int]], str], max_context: int) -> None:
-        self.cfg, self.forward, self.cache = cfg, forward, cache
+                 decode: Callable[[list[int]], str], max_context: int, cpu_isa: int | None = None) -> None:
+        self.cfg, self.forward, self.cache, self.cpu_isa = cfg, forward, cache, cpu_isa
         self.decode, self.max_context = decode, max_context
         self.k = cfg.speculative_num_draft_tokens
         self.ngram = NgramProposer(cfg.speculative_ngram_min, cfg.speculative_ngram_max) \
@@ -57,8 +57,6 @@ class SpecDecoder:
         if st.cooldown > 0:
             st.cooldown -= 1
             return 0
-        if req.logprob.return_logprob:  # logprobs come from the plain sampler
-            return 0
         room = min(req.params.max_new_tokens - len(req.output_ids), self.max_context - len(req.fill_ids)) - 1
         return max(0, min(self.k, room))
 
@@ -71,7 +69,7 @@ class SpecDecoder:
         logits = self.forward(make_verify_batch(reqs, drafts, locs))
         rows = list(logits.split([1 + len(d) for d in drafts]))
         starts, before = [len(r.output_ids) for r in reqs], [r.kv_len for r in reqs]
-        accepted = verify(rows, reqs, drafts, self.decode, self.max_context)
+        accepted = verify(rows, reqs, drafts, self.decode, self.max_context, self.cpu_isa)
         for r, d, a, kv in zip(reqs, drafts, accepted, before, strict=True):
             r.kv_len = min(kv + 1 + a, len(r.fill_ids) - 1)  # the newest token has no KV yet
             self.cache.truncate(r, r.kv_len)
