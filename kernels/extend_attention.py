@@ -5,6 +5,11 @@ One launch covers the whole batch (variable prefix and extend lengths, grouped-q
 tokens' K/V must already be in the pool (the backend stores them first). Page size does not matter: the
 table maps every position to its slot.
 
+Invariance: query tiles and key blocks are both aligned to absolute positions (a query at position p is
+row p % BLOCK_M of its tile; keys come in blocks [j * BLOCK_N, (j + 1) * BLOCK_N) merged in order), so a
+query's result is the same bits whether its sequence is extended whole, in chunks over a cached prefix,
+or one token at a time, and whatever else is in the batch. Blocks a query cannot see add exactly zero.
+
 Shapes: T new tokens in the batch, B requests, Hq / Hkv heads, D head dim, S pool slots.
 """
 
@@ -53,7 +58,7 @@ def extend_attention_triton(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.T
     q_start = torch.zeros(b, dtype=torch.int64, device=q.device)
     q_start[1:] = torch.cumsum(extend_lens, 0)[:-1]
     max_extend = max_extend or int(extend_lens.max())
-    grid = (b, hq, triton.cdiv(max_extend, block_m))
+    grid = (b, hq, triton.cdiv(max_extend + block_m - 1, block_m))  # tiles aligned to positions: one more
     _kernel()[grid](q, k_buf, v_buf, out, table, req_rows, q_start, seq_lens, extend_lens, sm_scale,
                     q.stride(0), q.stride(1), k_buf.stride(s_dim), k_buf.stride(h_dim), out.stride(0), out.stride(1),
                     table.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=block_m, BLOCK_N=block_n)
@@ -70,22 +75,24 @@ def _kernel():
                       stride_qt, stride_qh, stride_bs, stride_bh, stride_ot, stride_oh, stride_tr,
                       GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         b, h, mb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        seq = tl.load(seq_ptr + b).to(tl.int32)
         ext = tl.load(ext_ptr + b).to(tl.int32)
-        if mb * BLOCK_M < ext:
-            seq = tl.load(seq_ptr + b).to(tl.int32)
-            prefix = seq - ext
+        prefix = seq - ext
+        first = prefix - prefix % BLOCK_M + mb * BLOCK_M  # this tile's first absolute position
+        if first < seq:
             q0 = tl.load(q_start_ptr + b)
             row = tl.load(rows_ptr + b)
             kvh = h // GROUP
-            offs_m = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+            pos = first + tl.arange(0, BLOCK_M)  # [M] absolute positions; this request's queries: [prefix, seq)
+            offs_m = pos - prefix  # index among the request's new tokens
             offs_d = tl.arange(0, D)
-            m_valid = offs_m < ext
+            m_valid = (pos >= prefix) & (pos < seq)
             q = tl.load(q_ptr + (q0 + offs_m)[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
                         mask=m_valid[:, None], other=0.0).to(tl.float32)
             m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
             l_i = tl.zeros([BLOCK_M], tl.float32)
             acc = tl.zeros([BLOCK_M, D], tl.float32)
-            end = prefix + tl.minimum((mb + 1) * BLOCK_M, ext)  # the last query of the block sees keys < end
+            end = tl.minimum(first + BLOCK_M, seq)  # the tile's last query sees keys < end
             for n0 in range(0, end, BLOCK_N):
                 offs_n = n0 + tl.arange(0, BLOCK_N)
                 n_valid = offs_n < seq
@@ -93,7 +100,7 @@ def _kernel():
                 kv_off = slots * stride_bs + kvh * stride_bh
                 k = tl.load(k_buf + kv_off[None, :] + offs_d[:, None], mask=n_valid[None, :], other=0.0)
                 s = tl.dot(q, k.to(tl.float32)) * sm_scale  # [M, N]
-                visible = ((prefix + offs_m)[:, None] >= offs_n[None, :]) & n_valid[None, :]
+                visible = (pos[:, None] >= offs_n[None, :]) & n_valid[None, :]
                 s = tl.where(visible, s, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(s, 1))
                 p = tl.exp(s - m_new[:, None])

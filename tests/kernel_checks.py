@@ -132,6 +132,33 @@ def check_decode_attention(dev: str) -> None:
                 close(got, want, dtype, f"decode {dtype} d={d} page={page}")
 
 
+def check_attention_invariance(dev: str) -> None:
+    """The extend kernel at the backend's block sizes gives a query the same bits whether its sequence is
+    extended whole, in chunks over a cached prefix, or one token at a time (decode), alone or batched."""
+    from radixlm.kernels.extend_attention import extend_attention_triton
+
+    gen = torch.Generator().manual_seed(3)
+    for dtype in DTYPES:
+        table, k_buf, v_buf, rows, seqs = attention_case(dtype, 64, 4, False, gen)
+        k_buf, v_buf, table = k_buf.to(dev), v_buf.to(dev), table.to(dev)
+        n = int(seqs[1])  # request 2 (70 tokens); the others ride along in the batch
+        q = torch.randn(n, 8, 64, generator=gen).to(dtype).to(dev)
+
+        def attend(qs, rws, lens, exts, kv=(k_buf, v_buf, table)):
+            t = lambda xs: torch.tensor(xs, device=dev)  # noqa: E731
+            return extend_attention_triton(qs, *kv, t(rws), t(lens), t(exts), 0.125, False)
+
+        whole = attend(q, [2], [n], [n])
+        chunks = torch.cat([attend(q[a:a + 24], [2], [min(a + 24, n)], [min(24, n - a)]) for a in range(0, n, 24)])
+        assert torch.equal(chunks, whole), f"chunked {dtype}"
+        other = torch.randn(5, 8, 64, generator=gen).to(dtype).to(dev)
+        for pos in (0, 31, 32, n - 1):
+            alone = attend(q[pos:pos + 1], [2], [pos + 1], [1])
+            batched = attend(torch.cat([other[:4], q[pos:pos + 1], other[4:]]), [1, 2, 3], [33, pos + 1, 9],
+                             [4, 1, 1])
+            assert torch.equal(alone, whole[pos:pos + 1]) and torch.equal(batched[4:5], alone), (dtype, pos)
+
+
 def check_engine(dev: str) -> None:
     """The GPU backends end to end: a tiny model's greedy tokens equal the CPU torch backend's, with chunked
     prefill over a cached prefix and page sizes 1 and 4 (on CUDA also through the decode CUDA graphs)."""
@@ -166,7 +193,8 @@ def check_engine(dev: str) -> None:
 
 
 CHECKS = {"engine": check_engine, "store_kv": check_store_kv, "rmsnorm": check_rmsnorm, "rotary": check_rotary,
-          "extend_attention": check_extend_attention, "decode_attention": check_decode_attention}
+          "extend_attention": check_extend_attention, "decode_attention": check_decode_attention,
+          "attention_invariance": check_attention_invariance}
 
 if __name__ == "__main__":
     name, device = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu"

@@ -60,7 +60,8 @@ def test_triton_bitmask_kernel_on_cuda():
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-KERNEL_CHECKS = ["store_kv", "rmsnorm", "rotary", "extend_attention", "decode_attention", "engine"]
+KERNEL_CHECKS = ["store_kv", "rmsnorm", "rotary", "extend_attention", "decode_attention", "attention_invariance",
+                 "engine"]
 
 
 def run_check(name: str, device: str, interpret: bool) -> subprocess.CompletedProcess:

@@ -11,7 +11,8 @@ kernels give that by construction:
   * the LM head is one of those matmuls, sampling works a row at a time with the request's own generator.
 torch's CPU kernels (oneDNN / MKL matmuls, SDPA) choose blockings by shape, so ``--cpu-kernels torch``, a
 torch.compile'd step (inductor's kernels differ between the compiled decode and the eager extend) and shapes
-or dtypes radixlm's kernels do not take are not invariant; nor is CUDA's path (cuBLAS picks algorithms by M).
+or dtypes radixlm's kernels do not take are not invariant; nor is CUDA's path (cuBLAS picks algorithms by M),
+though its Triton attention is (kernels/extend_attention.py: tiles aligned to positions, decode through it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def invariance_gaps(model: LlamaForCausalLM, device: str, cpu_isa: int | None, a
                     compiled: bool) -> list[str]:
     """Why this runner's forward is not batch- and cache-invariant; empty when it is."""
     if device != "cpu":
-        return [f"{device}: matmuls on cuBLAS, which picks its algorithm by batch size"]
+        return [f"{device}: matmuls on cuBLAS, which picks its algorithm by batch size (the Triton attention "
+                "is invariant with --deterministic; FlashInfer's is not)"]
     if cpu_isa is None:
         return ["torch's CPU kernels (--cpu-kernels torch, or no C++ compiler for radixlm's)"]
     gaps = linear_gaps(model)

@@ -43,7 +43,7 @@ class ModelRunner:
         fits = self.backend_name == "torch" and native_fits(self.pool, num_q_heads, cfg.head_dim)
         attention_isa = self.cpu_isa if fits else None
         self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, config.cache.page_size,
-                                    num_q_heads, attention_isa)
+                                    num_q_heads, attention_isa, config.execution.deterministic)
         for module in model.modules():
             if hasattr(module, "cpu_isa"):
                 module.cpu_isa = self.cpu_isa

@@ -43,12 +43,13 @@ def _triton_interpreted() -> bool:
 
 
 def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_size: int, num_q_heads: int,
-                 cpu_isa: int | None = None):
-    """``cpu_isa``: the CPU backend runs radixlm's C++ attention on that path (None: torch's ops)."""
+                 cpu_isa: int | None = None, deterministic: bool = True):
+    """``cpu_isa``: the CPU backend runs radixlm's C++ attention on that path (None: torch's ops);
+    ``deterministic``: Triton decodes through its extend kernel (see triton_gpu.py)."""
     if name == "triton":
         from radixlm.runtime.model.attention.triton_gpu import TritonAttentionBackend
 
-        return TritonAttentionBackend(pool, req_to_token)
+        return TritonAttentionBackend(pool, req_to_token, deterministic=deterministic)
     if name == "flashinfer":
         from radixlm.runtime.model.attention.flashinfer_gpu import FlashInferAttentionBackend
 
