@@ -145,3 +145,21 @@ def test_a_prefill_chunk_smaller_than_a_page_is_refused():
     for name in ("chunked_prefill_size", "max_prefill_tokens"):
         with pytest.raises(ValueError, match=f"{name} must be >= page_size \\(16\\)"):
             Engine.from_model(random_model(HEAD64, seed=0), None, page_size=16, **{name: 8})
+
+
+@pytest.mark.parametrize("weights", range(len(WEIGHTS)))
+def test_every_kernel_path_gives_the_same_logits(weights):
+    """The whole model gives the same bits on every ISA path this CPU runs (portable, AVX2, AVX512), but
+    AVX512-BF16, whose bfloat16 attention multiplies in hardware."""
+    dtype, quantization = WEIGHTS[weights]
+    paths = [p for p in cpu_ext.supported() if p != "avx512_bf16"]
+    if len(paths) < 2:
+        pytest.skip(f"this CPU runs one path only ({paths})")
+    logits = []
+    for path in paths:
+        e = Engine.from_model(random_model(HEAD64, dtype=dtype, seed=0), None, quantization=quantization,
+                              max_total_tokens=4096, cpu_kernels=path)
+        with captured_logits() as seen:
+            out = e.generate(input_ids=PROMPTS[:4], sampling_params=PARAMS[0])
+        logits.append([seen[(r["meta_info"]["id"], pos)] for r in out for pos in range(len(r["output_ids"]))])
+    assert all(torch.equal(a, b) for other in logits[1:] for a, b in zip(logits[0], other, strict=True))
