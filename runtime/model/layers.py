@@ -122,8 +122,7 @@ class QuantizableLinear(nn.Module):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path."""
-        fits = self.weight.shape[0] % 16 == 0 and self.weight.shape[1] % 64 == 0
-        if self.blocks and kind == "int4" and isa is not None and fits:
+        if self.blocks and kind == "int4" and isa is not None and self._tiles():
             b = Int4Blocks.stack([self.blocks[i] for i in sorted(self.blocks)])
             self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)
         if self.quant is None:
@@ -134,10 +133,14 @@ class QuantizableLinear(nn.Module):
             self.weight = None
 
     def tile_dense(self, isa: int) -> None:
-        """The dense weight into radixlm's dense kernel's tiles (where N is a multiple of 16 and K of 64)."""
-        n, k = self.weight.shape
-        if n % 16 == 0 and k % 64 == 0 and self.weight.device.type == "cpu":
+        """The dense weight into radixlm's dense kernel's tiles (where its shape fits them)."""
+        if self._tiles() and self.weight.device.type == "cpu":
             self.quant, self.weight = QuantWeight.tile_dense(self.weight, isa), None
+
+    def _tiles(self) -> bool:
+        """Whether the weight [N, K] fits radixlm's kernels: 16-row tiles, K in blocks of 64."""
+        n, k = self.weight.shape
+        return n % 16 == 0 and k % 64 == 0
 
     def load_blocks(self, shard: int, blocks: Int4Blocks) -> None:
         self.blocks = {**(self.blocks or {}), shard: blocks}

@@ -77,7 +77,7 @@ class QuantWeight:
 
     @classmethod
     def tile_dense(cls, w: torch.Tensor, isa: int) -> QuantWeight:
-        """A dense weight [N, K] (N, K multiples of 16) for radixlm's dense kernel, in its own dtype."""
+        """A dense weight [N, K] (N a multiple of 16, K of 64) for radixlm's dense kernel, in its own dtype."""
         n, k = w.shape
         return cls("dense", native.pack_dense(w), torch.empty(0), n, k, ALL_ROWS, w.dtype, "native", isa=isa)
 
