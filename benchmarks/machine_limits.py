@@ -52,26 +52,25 @@ def read_bandwidth(mb: int, repeats: int) -> float:
     ext = load_inline("radixlm_read_bandwidth", READ_KERNEL, functions=["read_all"],
                       extra_cflags=["-O3", "-fopenmp", "-march=native"], extra_ldflags=["-fopenmp"])
     buf = torch.ones(mb * 2**20 // 8, dtype=torch.int64)
-    ext.read_all(buf)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        ext.read_all(buf)
-        best = min(best, time.perf_counter() - t)
-    return buf.numel() * 8 / best
+    return buf.numel() * 8 / best_seconds(lambda: ext.read_all(buf), repeats)
 
 
 def copy_bandwidth(mb: int, repeats: int) -> float:
     """bytes/s moved by dst.copy_(src) (each byte read once and written once)."""
     src = torch.ones(mb * 2**20 // 4, dtype=torch.float32)
     dst = torch.empty_like(src)
-    dst.copy_(src)
+    return 2 * src.numel() * 4 / best_seconds(lambda: dst.copy_(src), repeats)
+
+
+def best_seconds(run, repeats: int) -> float:
+    """The fastest of ``repeats`` timed calls of ``run``, after one untimed warm-up call."""
+    run()
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
-        dst.copy_(src)
+        run()
         best = min(best, time.perf_counter() - t)
-    return 2 * src.numel() * 4 / best
+    return best
 
 
 def weight_bytes(model: str | None) -> list[tuple[str, float]]:

@@ -30,24 +30,21 @@ def parameters(size: str, vocab: int) -> int:
     return layers * per_layer + vocab * hidden + hidden
 
 
+TOKENIZER_FIELDS = {  # GGUF key -> the GGUFWriter method that writes it
+    "tokenizer.ggml.model": "add_tokenizer_model", "tokenizer.ggml.pre": "add_tokenizer_pre",
+    "tokenizer.ggml.tokens": "add_token_list", "tokenizer.ggml.token_type": "add_token_types",
+    "tokenizer.ggml.merges": "add_token_merges", "tokenizer.chat_template": "add_chat_template",
+}
+
+
 def copy_tokenizer(writer, source) -> None:
     """The SmolLM2 file's tokenizer fields, as they are."""
     for key, field in source.fields.items():
         if not key.startswith("tokenizer."):
             continue
         value = field.contents()
-        if key == "tokenizer.ggml.model":
-            writer.add_tokenizer_model(value)
-        elif key == "tokenizer.ggml.pre":
-            writer.add_tokenizer_pre(value)
-        elif key == "tokenizer.ggml.tokens":
-            writer.add_token_list(value)
-        elif key == "tokenizer.ggml.token_type":
-            writer.add_token_types(value)
-        elif key == "tokenizer.ggml.merges":
-            writer.add_token_merges(value)
-        elif key == "tokenizer.chat_template":
-            writer.add_chat_template(value)
+        if key in TOKENIZER_FIELDS:
+            getattr(writer, TOKENIZER_FIELDS[key])(value)
         elif key.endswith("_token_id"):
             writer.add_uint32(key, int(value))
         elif isinstance(value, bool):
