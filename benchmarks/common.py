@@ -28,20 +28,6 @@ def timer(results: dict, key: str):
 
 def cpu_description() -> str:
     """The CPU as every result names it: cores, model name, and its instruction sets (AVX512 or not)."""
-    import os
+    from radixlm.kernels.cpu_info import cpu_description as describe
 
-    flags, name = set(), "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and name == "unknown CPU":
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    if "avx512f" in flags:
-        isa = "AVX512 (" + ", ".join(f for f in ("avx512_vnni", "avx512_bf16", "amx_tile") if f in flags) + ")"
-    else:
-        isa = "AVX2 + FMA, no AVX512" if "avx2" in flags else "no AVX2"
-    return f"{os.cpu_count()}-core {name}, {isa}"
+    return describe()

@@ -15,7 +15,8 @@ class TreeNode:
       * children are keyed by ``(namespace, first page of the child's key)``.
     """
 
-    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access", "hit_count", "namespace")
+    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access", "touched", "hit_count",
+                 "namespace")
 
     def __init__(self, node_id: int, namespace: Hashable = None) -> None:
         self.id = node_id
@@ -24,7 +25,8 @@ class TreeNode:
         self.children: dict[tuple, TreeNode] = {}
         self.parent: TreeNode | None = None
         self.lock_ref = 0
-        self.last_access = 0
+        self.last_access = 0  # the tree's logical clock at the last match or insert (eviction order)
+        self.touched = 0.0  # ... and the wall-clock time then (time.time(), for operators)
         self.hit_count = 0
         self.namespace = namespace
 

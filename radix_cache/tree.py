@@ -7,6 +7,7 @@ of values into index tensors when it builds a batch.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Hashable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -40,6 +41,7 @@ class RadixCache:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
         self.policy = make_policy(eviction_policy)
+        self.evicted_tokens = 0  # since start, across flushes
         self.reset()
 
     def reset(self) -> None:
@@ -47,12 +49,14 @@ class RadixCache:
         self.root = self._nodes.new()
         self.root.lock_ref = 1  # the root is never evicted
         self._clock = 0
+        self._now = 0.0  # wall-clock time of the last tick
         self.evictable_size = 0
         self.protected_size = 0
 
     # ---------------------------------------------------------------- queries
     def _tick(self) -> int:
         self._clock += 1
+        self._now = time.time()
         return self._clock
 
     def match_prefix(self, key: Sequence[int], namespace: Hashable = None) -> MatchResult:
@@ -66,7 +70,7 @@ class RadixCache:
             n = common_prefix_len(child.key, key, self.page_size)
             if n < len(child.key):
                 child = self._split(child, n)
-            child.last_access = now
+            child.last_access, child.touched = now, self._now
             child.hit_count += 1
             slots.extend(child.value)
             node, key = child, key[n:]
@@ -104,7 +108,7 @@ class RadixCache:
             n = common_prefix_len(child.key, key[done:], self.page_size)
             if n < len(child.key):
                 child = self._split(child, n)
-            child.last_access = now
+            child.last_access, child.touched = now, self._now
             done += n
             node = child
         if done < len(key):
@@ -140,6 +144,7 @@ class RadixCache:
         while len(freed) < num_tokens and heap:
             _, _, node = heapq.heappop(heap)
             freed.extend(node.value)
+            self.evicted_tokens += len(node.value)
             parent = node.parent
             del parent.children[child_key(node.namespace, node.key, self.page_size)]
             self.evictable_size -= len(node.key)
@@ -195,6 +200,10 @@ class RadixCache:
         return "\n".join(lines)
 
     # ---------------------------------------------------------------- internals
+    def walk(self) -> Iterator[TreeNode]:
+        """Every node, the root first, each parent before its children."""
+        return self._walk()
+
     def _walk(self) -> Iterator[TreeNode]:
         stack = [self.root]
         while stack:
@@ -207,7 +216,7 @@ class RadixCache:
 
     def _add_leaf(self, parent: TreeNode, key: list[int], slots: list[int], ns: Hashable, now: int) -> None:
         leaf = self._nodes.new(ns)
-        leaf.key, leaf.value, leaf.parent, leaf.last_access = key, slots, parent, now
+        leaf.key, leaf.value, leaf.parent, leaf.last_access, leaf.touched = key, slots, parent, now, self._now
         parent.children[child_key(ns, key, self.page_size)] = leaf
         self.evictable_size += len(key)
 
@@ -216,7 +225,7 @@ class RadixCache:
         upper = self._nodes.new(child.namespace)
         upper.key, upper.value = child.key[:n], child.value[:n]
         upper.parent, upper.lock_ref = child.parent, child.lock_ref
-        upper.last_access, upper.hit_count = child.last_access, child.hit_count
+        upper.last_access, upper.touched, upper.hit_count = child.last_access, child.touched, child.hit_count
         child.parent.children[child_key(child.namespace, upper.key, self.page_size)] = upper
         child.key, child.value, child.parent = child.key[n:], child.value[n:], upper
         upper.children[child_key(child.namespace, child.key, self.page_size)] = child

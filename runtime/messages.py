@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from radixlm.constrained.spec import ConstraintSpec
+from radixlm.radix_cache.snapshot import NodeView
 
 FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty")
 INT_FIELDS = ("min_new_tokens", "top_k", "n")
@@ -220,6 +221,42 @@ class SchedulerStats(msgspec.Struct, tag=True):
     rss_mb: float = 0.0  # the scheduler process's resident memory
     spec_accept_rate: float = 0.0  # speculative decoding: accepted / drafted tokens, since start
     spec_accept_length: float = 0.0  # ... tokens produced per verify pass
+    kv_evictable: int = 0  # slots the radix tree holds unlocked (not in kv_used: a new request may take them)
+    kv_locked: int = 0  # of kv_used: tree slots locked by running requests (the rest are requests' own)
+    prompt_tokens: int = 0  # since start: prompt tokens admitted ...
+    cached_tokens: int = 0  # ... and of those, served from the radix cache
+    evicted_tokens: int = 0  # since start: tokens evicted from the radix tree
+
+
+class CacheViewReq(msgspec.Struct, tag=True):
+    """API -> scheduler: the top of the radix tree and the requests in flight, for the dashboard."""
+
+    query: int  # echoed in the answer
+    top: int
+    depth: int
+    namespace: str | None  # None: every namespace
+    preview_tokens: int  # 0: no token ids of prompts leave the scheduler
+
+
+class InFlight(msgspec.Struct):
+    rid: str
+    state: str  # "grammar" (compiling), "waiting", "prefill" (chunked), "running"
+    prompt_tokens: int
+    cached_tokens: int
+    generated: int
+    priority: int
+    age_s: float
+    grammar: str | None = None  # the constraint's kind
+    preview_ids: list[int] = []
+
+
+class CacheViewResp(msgspec.Struct, tag=True):
+    query: int
+    nodes: list[NodeView] = []
+    namespaces: dict[str, int] = {}  # tokens held per namespace
+    requests: list[InFlight] = []  # the oldest MAX_LISTED of them
+    total_requests: int = 0
+    error: str | None = None  # a bad argument (the API turns it into a 400)
 
 
 class FlushCacheResp(msgspec.Struct, tag=True):
@@ -235,9 +272,9 @@ class Ready(msgspec.Struct, tag=True):
     info: dict[str, Any] = {}
 
 
-ToScheduler = GenerateReq | AbortReq | FlushCacheReq | Shutdown
+ToScheduler = GenerateReq | AbortReq | FlushCacheReq | CacheViewReq | Shutdown
 ToDetokenizer = TokenBatch | Shutdown
-ToApi = TextBatch | ReqError | SchedulerStats | FlushCacheResp
+ToApi = TextBatch | ReqError | SchedulerStats | FlushCacheResp | CacheViewResp
 
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode

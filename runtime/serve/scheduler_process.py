@@ -15,6 +15,7 @@ from radixlm.runtime.core import EngineCore
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import (
     AbortReq,
+    CacheViewReq,
     FlushCacheReq,
     FlushCacheResp,
     GenerateReq,
@@ -30,6 +31,7 @@ from radixlm.runtime.messages import (
     merge_progress,
 )
 from radixlm.runtime.scheduler import StepOutput
+from radixlm.runtime.serve.cache_view import cache_view
 from radixlm.runtime.serve.process_utils import die_with_parent, parent_alive
 
 log = logging.getLogger("radixlm.scheduler")
@@ -104,6 +106,8 @@ class SchedulerProcess:
                 self.to_api.send(encode(FlushCacheResp(True)))
             except ValueError as e:
                 self.to_api.send(encode(FlushCacheResp(False, str(e))))
+        elif isinstance(msg, CacheViewReq):
+            self.to_api.send(encode(cache_view(self.core, msg)))
         elif isinstance(msg, Shutdown):
             self.running = False
 
@@ -143,12 +147,16 @@ class SchedulerProcess:
             return
         self.last_stats = now
         cache, st = self.core.cache, self.sched.stats
-        used = cache.alloc.capacity - cache.available()
         leak = None if self.sched.has_work() else cache.check([])
+        tree = cache.tree.sizes() if cache.tree is not None else None
         self.to_api.send(encode(SchedulerStats(
-            running=len(self.sched.live_requests()), queued=len(self.sched.waiting), kv_used=used,
-            kv_total=cache.alloc.capacity, cache_hit_rate=st["cached_tokens"] / max(st["prompt_tokens"], 1),
-            retractions=st["retractions"], leak=leak, rss_mb=rss_mb(), **spec_rates(self.sched))))
+            running=len(self.sched.live_requests()), queued=len(self.sched.waiting),
+            kv_used=cache.alloc.capacity - cache.available(), kv_total=cache.alloc.capacity,
+            cache_hit_rate=st["cached_tokens"] / max(st["prompt_tokens"], 1), retractions=st["retractions"],
+            leak=leak, rss_mb=rss_mb(), kv_evictable=tree.evictable if tree else 0,
+            kv_locked=tree.protected if tree else 0, prompt_tokens=st["prompt_tokens"],
+            cached_tokens=st["cached_tokens"], evicted_tokens=cache.tree.evicted_tokens if tree else 0,
+            **spec_rates(self.sched))))
 
 
 def spec_rates(sched) -> dict[str, float]:
