@@ -275,6 +275,9 @@ class ServerConfig:
     max_messages: int = _opt(1024, "most chat messages per request")
     request_timeout_s: float = _opt(600.0, "a request still unfinished after this long is aborted (504)")
     startup_timeout_s: float = _opt(600.0, "how long to wait for the model to load")
+    dashboard_previews: str = _opt("on", "the dashboard's text previews of cached prefixes and prompts (a few "
+                                   "tokens each); off: no prompt token leaves the scheduler for it",
+                                   choices=("on", "off"))
     stream_interval: int = _opt(1, "send a running request's new tokens on every N-th decode step (its first "
                                 "token and its end go at once): fewer wake-ups of the helper processes on the "
                                 "cores the forward pass uses, in coarser chunks")

@@ -88,8 +88,8 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *flags: str, timeout: float = 240, command: str = "serve") -> None:
-        self.port = free_port()
+    def __init__(self, *flags: str, timeout: float = 240, command: str = "serve", port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "radixlm.runtime", command, "--port", str(self.port), *flags]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

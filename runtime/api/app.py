@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from radixlm.runtime.api import native, openai_routes
+from radixlm.runtime.api import dashboard, native, openai_routes
 from radixlm.runtime.api.serving import ApiError, Serving
 from radixlm.runtime.api.tokenizer_manager import RequestFailed
 
@@ -28,16 +28,19 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
     native.add_routes(app, serving)
     add_admin_routes(app, serving, server_info)
     add_token_routes(app, serving)
+    dashboard.add_routes(app, serving, server_info)
     return app
 
 
 def add_guard(app: FastAPI, serving: Serving) -> None:
-    """Every request: the API key (not /health), the declared body size, and 503 once the server is dying."""
+    """Every request: the API key (not /health, nor the static pages, which hold no data and ask for the key
+    themselves), the declared body size, and 503 once the server is dying."""
     tm, cfg = serving.tm, serving.cfg
+    public = dashboard.PUBLIC_PATHS | {"/health"}
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        if cfg.api_key and request.url.path != "/health":
+        if cfg.api_key and request.url.path not in public:
             given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
             if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
                 return error_response(ApiError(401, "invalid or missing API key", code="invalid_api_key",

@@ -16,6 +16,7 @@ import time
 import uvicorn
 import zmq
 
+from radixlm.kernels.cpu_info import cpu_description
 from radixlm.runtime.api.app import create_app
 from radixlm.runtime.api.metrics import Metrics
 from radixlm.runtime.api.serving import Serving
@@ -136,6 +137,7 @@ async def _serve(engine_cfg, server_cfg, paths, procs, tokenizer, info: dict, na
     tm = TokenizerManager(tokenizer, paths, metrics)
     serving = Serving(tm, server_cfg, info["max_context"], name)
     server_info = {"model_path": engine_cfg.load.model or "default (SmolLM2-135M-Instruct)", **info, "api_pid": os.getpid(),
+                   "cpu": cpu_description(),
                    "engine": engine_cfg.flat(),
                    "server": {k: v for k, v in dataclasses.asdict(server_cfg).items() if k != "api_key"}}
     server = http_server(create_app(serving, server_info), server_cfg.host, server_cfg.port, server_cfg.log_level)

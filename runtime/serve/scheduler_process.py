@@ -168,6 +168,14 @@ def spec_rates(sched) -> dict[str, float]:
             "spec_accept_length": 1 + st["spec_accepted_tokens"] / st["spec_verify_steps"]}
 
 
+def kernel_path(core: EngineCore) -> str:
+    if core.runner.device.type != "cpu":
+        return f"{core.runner.device.type}: {torch.cuda.get_device_name() if torch.cuda.is_available() else '?'}"
+    from radixlm.kernels import cpu_ext
+
+    return cpu_ext.describe(core.runner.cpu_isa)
+
+
 def rss_mb() -> float:
     try:
         with open("/proc/self/statm") as f:
@@ -198,7 +206,8 @@ def run_scheduler(cfg: EngineConfig, paths: IpcPaths, parent_pid: int, log_level
     info = {"max_context": core.max_context, "kv_total": core.cache.alloc.capacity,
             "dtype": str(core.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
             "scheduler_pid": os.getpid(), "invariant": not core.runner.invariance_gaps,
-            "invariance_gaps": core.runner.invariance_gaps}
+            "invariance_gaps": core.runner.invariance_gaps, "device": core.runner.device.type,
+            "kernels": kernel_path(core)}
     ready.send(encode(Ready("scheduler", info=info)))
     try:
         proc.loop(parent_pid)
