@@ -2,9 +2,11 @@
 
     python benchmarks/plot.py benchmarks/results/*.json
 
-Each JSON file gets its plots beside it (FILE-*.png), by what it holds: run_peers.py results (output tok/s per
+Each JSON file gets its plots beside it (FILE*.png), by what it holds: run_peers.py results (output tok/s per
 workload, systems side by side), bench_scaling.py results (decode against the bandwidth ceiling, throughput
-against concurrency, TTFT and TPOT against context length), bench_quant.py results (engine decode rates).
+against concurrency, TTFT and TPOT against context length), bench_quant.py results (engine decode rates),
+bench_invariance.py (invariant against the fastest other setting), bench_prefix_ttft.py (TTFT against the
+shared prefix, cache on and off), bench_dashboard.py (the tree API's size and time against the tree's size).
 """
 
 from __future__ import annotations
@@ -105,6 +107,58 @@ def quant(data: dict, stem: str) -> list[str]:
     return [_save(fig, f"{stem}-engines.png")]
 
 
+def prefix_ttft(data: dict, stem: str) -> list[str]:
+    plt = _plt()
+    lengths = sorted(int(n) for n in data["results"])
+    r = data["results"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(lengths, [r[str(n)]["off"] * 1e3 for n in lengths], marker="o", label="cache off (flushed)")
+    ax.plot(lengths, [r[str(n)]["on"] * 1e3 for n in lengths], marker="s", label="cache on (prefix cached)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"shared prefix, tokens (+ {data['suffix']} new)")
+    ax.set_ylabel("TTFT, ms")
+    ax.set_title(data["header"], fontsize=8)
+    ax.legend()
+    return [_save(fig, f"{stem}.png")]
+
+
+def invariance(data: dict, stem: str) -> list[str]:
+    plt = _plt()
+    rows = data["summary"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["invariant"] for r in rows], 0.4, label="invariant defaults")
+    ax.bar([x + 0.2 for x in xs], [r[r["fastest_other"]] for r in rows], 0.4, label="fastest non-invariant setting")
+    ax.set_xticks(list(xs), [r["workload"] for r in rows])
+    ax.set_ylabel("output tok/s")
+    ax.set_title(f"Batch invariance costs nothing: {data['cpu']}, {data['date']}", fontsize=9)
+    ax.legend(fontsize=8)
+    return [_save(fig, f"{stem}.png")]
+
+
+def dashboard(data: dict, stem: str) -> list[str]:
+    plt = _plt()
+    rows = data.get("in_process")
+    if not rows:
+        return []
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    n = [r["prompts"] for r in rows]
+    a.plot(n, [r["nodes"] for r in rows], marker="o", label="tree nodes")
+    a.plot(n, [r["bytes"] for r in rows], marker="s", label="bytes per answer")
+    b.plot(n, [r["ms_median"] for r in rows], marker="o", label="median ms per poll")
+    for ax in (a, b):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("distinct prompts cached")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"The tree API stays bounded (top {data['top']}): {data['header']}", fontsize=8)
+    return [_save(fig, f"{stem}.png")]
+
+
+PLOTTERS = {"prefix_ttft": prefix_ttft, "dashboard": dashboard}
+
+
 def _save(fig, path: str) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -116,7 +170,11 @@ def main() -> None:
         with open(path) as f:
             data = json.load(f)
         stem = os.path.splitext(path)[0]
-        if "engines_tok_s" in data:
+        if data.get("kind") in PLOTTERS:
+            made = PLOTTERS[data["kind"]](data, stem)
+        elif "summary" in data and "settings" in data:
+            made = invariance(data, stem)
+        elif "engines_tok_s" in data:
             made = quant(data, stem)
         elif "bandwidth" in data:
             made = scaling(data, stem)

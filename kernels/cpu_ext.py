@@ -17,8 +17,11 @@ import glob
 import hashlib
 import logging
 import os
+import sys
+import time
 
 import torch
+from tqdm import tqdm
 
 PATHS = ("portable", "avx2", "avx512", "avx512_bf16")  # the ops' isa argument is the index
 PATH_NAMES = {"portable": "portable C++", "avx2": "AVX2 + FMA + F16C", "avx512": "AVX512 (F, DQ, BW, VL, VNNI)",
@@ -40,12 +43,18 @@ def available() -> bool:
     # from torch's own libgomp, already loaded under the same soname); the headers' digest is a flag
     # because the builder versions a build by its .cpp sources and flags only
     flags = [*FLAGS, f"-DRADIXLM_HEADERS={_headers_digest(here)}"]
+    start = time.monotonic()
+    bar = tqdm(total=1, desc="radixlm CPU kernels (built once per machine)", disable=not sys.stderr.isatty())
     try:
         cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
                            extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, ...: torch's ops stay in use
         log.warning("radixlm's CPU kernels did not build (%s); using torch's ops", exc)
         return False
+    finally:
+        bar.close()
+    if time.monotonic() - start > 2:  # it built (a cached build loads in well under that)
+        log.info("built radixlm's CPU kernels in %.0f s", time.monotonic() - start)
     _register_fakes()
     return True
 

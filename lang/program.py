@@ -150,6 +150,7 @@ class _Tracer(RoleMethods):
 
 
 def _progress(total: int):
-    from tqdm import tqdm
+    """A tqdm bar on a terminal, log lines elsewhere (lazy: lang never imports the runtime up front)."""
+    from radixlm.runtime.progress import Progress
 
-    return tqdm(total=total)
+    return Progress("run_batch", total=total, unit="program")

@@ -52,24 +52,25 @@ def check_view_args(top: int, depth: int, preview_tokens: int) -> None:
 
 def namespace_sizes(tree: RadixCache) -> dict[str, int]:
     """Tokens held per namespace (a namespace with nothing cached is absent)."""
-    sizes: dict[str, int] = {}
-    for node in tree.walk():
-        if node is not tree.root:
-            name = namespace_name(node.namespace)
-            sizes[name] = sizes.get(name, 0) + len(node.key)
-    return sizes
+    return tree_view(tree, 1, 1, preview_tokens=0)[1]
 
 
 def top_nodes(tree: RadixCache, top: int = 50, depth: int = 8, namespace: str | None = None,
               preview_tokens: int = 8) -> list[NodeView]:
+    return tree_view(tree, top, depth, namespace, preview_tokens)[0]
+
+
+def tree_view(tree: RadixCache, top: int = 50, depth: int = 8, namespace: str | None = None,
+              preview_tokens: int = 8) -> tuple[list[NodeView], dict[str, int]]:
     """The ``top`` nodes holding the most tokens (their own and below), no deeper than ``depth``.
 
     Ordered by (-subtree_tokens, depth, id): a parent's subtree is never smaller than a child's and it is
     shallower, so every chosen node's parent is chosen too, and the result draws as one tree.
-    ``namespace`` keeps one namespace's nodes (by ``namespace_name``); None keeps all.
+    ``namespace`` keeps one namespace's nodes (by ``namespace_name``); None keeps all. Also returns the
+    tokens held per namespace (from the same single walk over the tree).
     """
     check_view_args(top, depth, preview_tokens)
-    subtree, depths = _subtree_sizes(tree)
+    subtree, depths, sizes = _walk_sizes(tree)
     candidates = (n for n in subtree if depths[n.id] <= depth
                   and (namespace is None or namespace_name(n.namespace) == namespace))
     chosen = heapq.nsmallest(top, candidates, key=lambda n: (-subtree[n], depths[n.id], n.id))
@@ -78,19 +79,23 @@ def top_nodes(tree: RadixCache, top: int = 50, depth: int = 8, namespace: str | 
                      tokens=len(n.key), subtree_tokens=subtree[n], hits=n.hit_count,
                      idle_s=round(max(now - n.touched, 0.0), 3), lock_ref=n.lock_ref,
                      namespace=namespace_name(n.namespace), children=len(n.children),
-                     preview_ids=tuple(n.key[:preview_tokens])) for n in chosen]
+                     preview_ids=tuple(n.key[:preview_tokens])) for n in chosen], sizes
 
 
-def _subtree_sizes(tree: RadixCache) -> tuple[dict[TreeNode, int], dict[int, int]]:
-    """Tokens at and below every node but the root, and each node's depth (iterative: trees can be deep)."""
+def _walk_sizes(tree: RadixCache) -> tuple[dict[TreeNode, int], dict[int, int], dict[str, int]]:
+    """Tokens at and below every node but the root, each node's depth, and tokens per namespace
+    (iterative: trees can be deep)."""
     order: list[TreeNode] = []
     depths = {tree.root.id: 0}
+    sizes: dict[str, int] = {}
     for node in tree.walk():  # parents before children
         if node is not tree.root:
             depths[node.id] = depths[node.parent.id] + 1
             order.append(node)
+            name = namespace_name(node.namespace)
+            sizes[name] = sizes.get(name, 0) + len(node.key)
     subtree = {n: len(n.key) for n in order}
     for node in reversed(order):  # children before parents
         if node.parent is not tree.root:
             subtree[node.parent] += subtree[node]
-    return subtree, depths
+    return subtree, depths, sizes

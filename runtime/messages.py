@@ -232,7 +232,7 @@ class CacheViewReq(msgspec.Struct, tag=True):
     """API -> scheduler: the top of the radix tree and the requests in flight, for the dashboard."""
 
     query: int  # echoed in the answer
-    top: int
+    top: int  # 0: only the requests, no walk over the tree
     depth: int
     namespace: str | None  # None: every namespace
     preview_tokens: int  # 0: no token ids of prompts leave the scheduler

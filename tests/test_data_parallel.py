@@ -62,6 +62,9 @@ def test_cache_aware_router_keeps_groups_together_round_robin_does_not(replicas,
         try:
             results = run_workload(router.url)
             info = httpx.get(f"{router.url}/router_info", timeout=5).json()
+            tree = httpx.get(f"{router.url}/cache/tree", params={"top": 5}, timeout=5)  # a replica's, via the router
+            assert tree.status_code == 200 and 0 < len(tree.json()["nodes"]) <= 5, tree.text
+            assert httpx.get(f"{router.url}/dashboard", timeout=5).status_code == 200
         finally:
             router.stop()
         groups = by_group(results)

@@ -21,7 +21,7 @@ FORBIDDEN = {  # folder -> radixlm subpackages it must not import
 }
 # runtime's units from the bottom up: a unit may import its own modules and those of lower layers only
 RUNTIME_LAYERS = (
-    ("config", "messages", "ipc"),  # the vocabulary: configuration and typed messages
+    ("config", "messages", "ipc", "progress"),  # the vocabulary: configuration, typed messages, progress bars
     ("request", "batch", "request_builder"),
     ("kv",),
     ("model",),

@@ -45,7 +45,8 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
     def preview(ids) -> str | None:
         return tm.tokenizer.decode(list(ids), skip_special_tokens=False) if previews and ids else None
 
-    async def view(top: int = 1, depth: int = 1, namespace: str | None = None) -> CacheViewResp:
+    async def view(top: int = 0, depth: int = 1, namespace: str | None = None) -> CacheViewResp:
+        """top 0: the requests only."""
         resp = await tm.cache_view(top, depth, namespace, PREVIEW_TOKENS if previews else 0)
         if resp.error:
             raise ApiError(400, resp.error, param="namespace" if "namespace" in resp.error else None)

@@ -28,6 +28,7 @@ from radixlm.runtime.model.attention.cpu_decode import (
     native_args,
     traced_decode_attention,
 )
+from radixlm.runtime.progress import Progress
 
 
 @dataclass
@@ -112,10 +113,17 @@ class CompiledDecode:
         """Compile the three graphs now, on dummy batches that touch only the reserved slot 0. Every size
         differs from every other (batch 3, suffix 4, group of 2, prefix 40): torch gives equal sizes seen
         while tracing one symbol, which would tie them together in every later call."""
-        for b, ls, group in ((1, 2, 0), (3, 4, 0), (3, 4, 2)):
-            with torch.inference_mode():  # distinct tensors: passing one for several inputs adds aliasing guards
-                ids, positions, loc = (torch.zeros(b, dtype=torch.int64) for _ in range(3))
-                members = torch.arange(group) if group else None
-                prefix = torch.zeros(MIN_SHARED + 8, dtype=torch.int64) if group else None
-                mask = torch.ones(1, b, 1, ls, dtype=torch.bool)
-                self._call(ids, positions, loc, torch.zeros(b * ls, dtype=torch.int64), mask, members, prefix)
+        shapes = ((1, 2, 0), (3, 4, 0), (3, 4, 2))
+        with Progress("Compiling the decode step (torch.compile)", total=len(shapes), unit="graph") as bar:
+            for b, ls, group in bar.wrap(shapes):
+                self._compile_one(b, ls, group)
+
+    @torch.inference_mode()
+    def _compile_one(self, b: int, ls: int, group: int) -> None:
+        """One dummy decode batch: b requests, suffix ls, a shared group of ``group`` (0: none). Distinct
+        tensors: passing one for several inputs adds aliasing guards."""
+        ids, positions, loc = (torch.zeros(b, dtype=torch.int64) for _ in range(3))
+        members = torch.arange(group) if group else None
+        prefix = torch.zeros(MIN_SHARED + 8, dtype=torch.int64) if group else None
+        mask = torch.ones(1, b, 1, ls, dtype=torch.bool)
+        self._call(ids, positions, loc, torch.zeros(b * ls, dtype=torch.int64), mask, members, prefix)

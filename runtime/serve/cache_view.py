@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from radixlm.radix_cache.snapshot import namespace_sizes, top_nodes
+from radixlm.radix_cache.snapshot import tree_view
 from radixlm.runtime.core import EngineCore
 from radixlm.runtime.messages import CacheViewReq, CacheViewResp, InFlight
 from radixlm.runtime.request import Req
@@ -13,13 +13,15 @@ MAX_LISTED = 100  # requests listed per answer (the count of all of them is sent
 
 
 def cache_view(core: EngineCore, q: CacheViewReq) -> CacheViewResp:
+    """``q.top == 0``: the requests only (no walk over the tree)."""
     tree = core.cache.tree
-    try:
-        nodes = [] if tree is None else top_nodes(tree, q.top, q.depth, q.namespace, q.preview_tokens)
-    except ValueError as e:
-        return CacheViewResp(q.query, error=str(e))
-    namespaces = {} if tree is None else namespace_sizes(tree)
-    if q.namespace is not None and q.namespace not in namespaces:
+    nodes, namespaces = [], {}
+    if tree is not None and q.top > 0:
+        try:
+            nodes, namespaces = tree_view(tree, q.top, q.depth, q.namespace, q.preview_tokens)
+        except ValueError as e:
+            return CacheViewResp(q.query, error=str(e))
+    if q.top > 0 and q.namespace is not None and q.namespace not in namespaces:
         return CacheViewResp(q.query, error=f"namespace {q.namespace!r} holds nothing in the cache "
                                             f"(known: {sorted(namespaces)})")
     reqs = in_flight(core)

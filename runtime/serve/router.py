@@ -18,6 +18,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from radixlm.runtime.api.dashboard import PAGES, STATIC_FILES
 from radixlm.runtime.config import RouterConfig
 from radixlm.runtime.serve.router_policy import RoutingPolicy
 
@@ -130,9 +131,10 @@ class Router:
             self.policy.mark(url, ok)
 
     async def first_up(self, method: str, path: str, request: Request) -> Response:
+        query = f"?{request.url.query}" if request.url.query else ""
         for r in self.policy.up():
             try:
-                resp = await self.client.request(method, r.url + path, content=await request.body(),
+                resp = await self.client.request(method, r.url + path + query, content=await request.body(),
                                                  headers=dict(request.headers.items()), timeout=30.0)
             except httpx.HTTPError:
                 continue
@@ -170,7 +172,9 @@ def create_router_app(urls: list[str], cfg: RouterConfig) -> FastAPI:
         return JSONResponse({"flushed": codes.count(200), "replicas": len(codes)},
                             status_code=200 if codes and all(c == 200 for c in codes) else 400)
 
-    for path in ("/v1/models", "/model_info", "/server_info"):
+    # the pages and the dashboard's JSON API: the first replica up (its tree; the playground's chats are routed)
+    for path in ("/v1/models", "/model_info", "/server_info", "/cache/tree", "/cache/stats", "/requests",
+                 *PAGES, *(f"/static/{f}" for f in STATIC_FILES)):
         app.add_api_route(path, _first_up(router, "GET", path), methods=["GET"])
     for path in ("/tokenize", "/detokenize"):
         app.add_api_route(path, _first_up(router, "POST", path), methods=["POST"])
