@@ -6,7 +6,7 @@ Each JSON file gets its plots beside it (FILE*.png), by what it holds: run_peers
 workload, systems side by side), bench_scaling.py results (decode against the bandwidth ceiling, throughput
 against concurrency, TTFT and TPOT against context length), bench_quant.py results (engine decode rates),
 bench_invariance.py (invariant against the fastest other setting), bench_prefix_ttft.py (TTFT against the
-shared prefix, cache on and off), bench_dashboard.py (the tree API's size and time against the tree's size).
+shared prefix, cache on and off), bench_dashboard.py (the tree API's size and time against the tree's size), soak.py (resident memory).
 """
 
 from __future__ import annotations
@@ -156,7 +156,22 @@ def dashboard(data: dict, stem: str) -> list[str]:
     return [_save(fig, f"{stem}.png")]
 
 
-PLOTTERS = {"prefix_ttft": prefix_ttft, "dashboard": dashboard}
+def soak(data: dict, stem: str) -> list[str]:
+    plt = _plt()
+    minutes = [m[0] / 60 for m in data["memory"]]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(minutes, [m[1] for m in data["memory"]], marker=".", label="scheduler")
+    ax.plot(minutes, [m[3] for m in data["memory"]], marker=".", label="API process")
+    trend = data["trend_mb_per_min"]
+    ax.set_xlabel("minute")
+    ax.set_ylabel("resident memory, MB")
+    ax.set_title(f"Soak: {data['header']}\ntrend after warm-up: scheduler {trend['scheduler']:+.2f} MB/min, "
+                 f"API {trend['api']:+.2f} MB/min", fontsize=8)
+    ax.legend()
+    return [_save(fig, f"{stem}.png")]
+
+
+PLOTTERS = {"prefix_ttft": prefix_ttft, "dashboard": dashboard, "soak": soak}
 
 
 def _save(fig, path: str) -> str:

@@ -14,10 +14,13 @@ import argparse
 import asyncio
 import collections
 import json
+import os
 import random
 import time
 
 import httpx
+
+from common import cpu_description
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
                                                                             "maximum": 99}}, "required": ["ok", "n"]}
@@ -73,9 +76,11 @@ async def main_async(args) -> None:
         async def sampler():
             t0 = time.monotonic()
             while time.monotonic() < end:
-                info = (await client.get(f"{args.base_url}/server_info")).json()["stats"] or {}
-                memory.append((time.monotonic() - t0, info.get("rss_mb", 0.0), info.get("kv_used", 0)))
-                await asyncio.sleep(60)
+                info = (await client.get(f"{args.base_url}/server_info")).json()
+                stats = info["stats"] or {}
+                memory.append((time.monotonic() - t0, stats.get("rss_mb", 0.0), stats.get("kv_used", 0),
+                               process_rss_mb(info.get("api_pid"))))
+                await asyncio.sleep(args.sample_s)
 
         await asyncio.gather(sampler(), *(worker() for _ in range(args.concurrency)))
         await asyncio.sleep(2)
@@ -84,11 +89,40 @@ async def main_async(args) -> None:
     print(f"requests: {sum(outcomes.values())}, ok: {outcomes['ok']}, errors: "
           f"{ {k: v for k, v in outcomes.items() if k != 'ok'} }")
     print(f"latency p50 {lat[len(lat) // 2]:.2f} s, p99 {lat[int(len(lat) * 0.99)]:.2f} s")
-    print("| minute | scheduler RSS (MB) | KV tokens in use |\n|---|---|---|")
-    for t, rss, kv in memory:
-        print(f"| {t / 60:.0f} | {rss:.0f} | {kv} |")
+    print("| minute | scheduler RSS (MB) | API RSS (MB) | KV tokens in use |\n|---|---|---|---|")
+    for t, rss, kv, api in memory:
+        print(f"| {t / 60:.1f} | {rss:.0f} | {api:.0f} | {kv} |")
+    late = [m for m in memory if m[0] >= args.warmup_minutes * 60]
+    trend = {"scheduler": slope([(t / 60, r) for t, r, _, _ in late]), "api": slope([(t / 60, a) for t, _, _, a in late])}
+    print(f"RSS trend after minute {args.warmup_minutes:g}: scheduler {trend['scheduler']:+.2f} MB/min, "
+          f"API {trend['api']:+.2f} MB/min")
     print(f"after drain: running {final['running']}, queued {final['queued']}, leak check: {final['leak'] or 'ok'}, "
           f"RSS {final['rss_mb']:.0f} MB")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"kind": "soak", "header": f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, "
+                       f"{args.minutes:g} min, concurrency {args.concurrency}", "outcomes": dict(outcomes),
+                       "memory": memory, "trend_mb_per_min": trend, "leak": final["leak"],
+                       "p50_s": lat[len(lat) // 2], "p99_s": lat[int(len(lat) * 0.99)]}, f, indent=1)
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of y over x (0 with fewer than two points)."""
+    if len(points) < 2:
+        return 0.0
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+
+
+def process_rss_mb(pid: int | None) -> float:
+    """Resident memory of a local process (the API's; 0 when it is not readable from here)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, TypeError):
+        return 0.0
 
 
 def main() -> None:
@@ -97,6 +131,9 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample-s", type=float, default=60, help="seconds between memory samples")
+    ap.add_argument("--warmup-minutes", type=float, default=5, help="the RSS trend is fitted after this")
+    ap.add_argument("--out", default=None, help="write the results as JSON (benchmarks/plot.py draws them)")
     asyncio.run(main_async(ap.parse_args()))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from radixlm.constrained.number_bounds import bound_outlines_regex
 from radixlm.constrained.schema_support import check_supported
 from radixlm.constrained.spec import ConstraintSpec
 from radixlm.constrained.xgrammar_backend import special_ids
@@ -108,9 +109,9 @@ class OutlinesBackend:
         try:
             if spec.kind == "json_schema":
                 check_supported(spec.schema(), self.name)
-                regex = build_regex_from_schema(spec.value)
+                regex = bound_outlines_regex(build_regex_from_schema(spec.value))
             elif spec.kind == "json_object":
-                regex = build_regex_from_schema('{"type": "object"}')
+                regex = bound_outlines_regex(build_regex_from_schema('{"type": "object"}'))
             elif spec.kind == "regex":
                 regex = spec.value
             elif spec.kind == "choices":

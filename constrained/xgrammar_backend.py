@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from radixlm.constrained.number_bounds import bound_xgrammar_ebnf
 from radixlm.constrained.schema_support import check_supported
 from radixlm.constrained.spec import ConstraintSpec
 
@@ -58,14 +59,17 @@ class XGrammarBackend:
                                  add_prefix_space=probe.add_prefix_space)
         self.compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=True)
 
+    def _schema(self, schema: str, strict_mode: bool = True) -> XGrammarGrammar:
+        """A JSON schema as xgrammar's EBNF with its numbers' digits bounded (number_bounds)."""
+        return XGrammarGrammar(self.compiler.compile_grammar(_schema_ebnf(schema, strict_mode)))
+
     def compile(self, spec: ConstraintSpec) -> XGrammarGrammar:
         try:
             if spec.kind == "json_schema":
                 check_supported(spec.schema(), self.name)
-                return XGrammarGrammar(self.compiler.compile_json_schema(spec.value, any_whitespace=False))
+                return self._schema(spec.value)
             if spec.kind == "json_object":  # compact, like json_schema: a small model can drift into whitespace
-                return XGrammarGrammar(self.compiler.compile_json_schema('{"type": "object"}', any_whitespace=False,
-                                                                         strict_mode=False))
+                return self._schema('{"type": "object"}', strict_mode=False)
             if spec.kind == "regex":
                 return XGrammarGrammar(self.compiler.compile_regex(spec.value))
             if spec.kind == "choices":
@@ -73,6 +77,13 @@ class XGrammarBackend:
             return XGrammarGrammar(self.compiler.compile_grammar(spec.value))
         except (RuntimeError, TypeError) as e:
             raise ValueError(f"{spec.kind}: cannot compile: {str(e).strip().splitlines()[0][:500]}") from e
+
+
+def _schema_ebnf(schema: str, strict_mode: bool) -> str:
+    import xgrammar as xgr
+
+    return bound_xgrammar_ebnf(str(xgr.Grammar.from_json_schema(schema, any_whitespace=False,
+                                                                 strict_mode=strict_mode)))
 
 
 def special_ids(tokenizer) -> list[int]:

@@ -20,13 +20,19 @@ from radixlm.lang.chat_template import RoleTemplate
 
 
 class RuntimeEndpoint:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600,
+                 cache_salt: str | None = None) -> None:
+        """``api_key`` is the tenant (its radix namespace); ``cache_salt`` splits it further, for every call
+        this endpoint makes, the prefix hints of run_batch included."""
         self.base_url = base_url.rstrip("/")
+        self.cache_salt = cache_salt
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
         self._template: RoleTemplate | None = None
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
+        if self.cache_salt is not None and path == "/generate":
+            body = {**body, "cache_salt": self.cache_salt}
         r = self.client.post(path, json=body)
         if r.status_code != 200:
             try:

@@ -266,7 +266,14 @@ class ServerConfig:
     port: int = _opt(30000, "HTTP port")
     served_model_name: str | None = _opt(None, "model name in the API; default: the model file's name")
     chat_template: str | None = _opt(None, "a Jinja chat template file that replaces the model's")
-    api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on every route but /health")
+    api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on every route but /health and the "
+                               "static pages (one tenant)")
+    api_keys_file: str | None = _opt(None, "a file of 'KEY TENANT' lines: each key authenticates as its tenant, "
+                                     "and each tenant's prompts live in a radix namespace of their own")
+    cache_sharing: str | None = _opt(None, "who shares cached prefixes: 'global' (everyone), 'tenant' (each "
+                                     "tenant apart), 'salt' (only requests with the same cache_salt); "
+                                     "default: tenant with --api-keys-file, else global; a cache_salt always "
+                                     "splits its tenant's namespace", choices=("global", "tenant", "salt"))
     log_level: str = _opt("info", "logging level", choices=("debug", "info", "warning", "error"))
     max_request_bytes: int = _opt(8 * 2**20, "largest request body accepted")
     max_n: int = _opt(64, "largest n (samples per prompt)")
@@ -275,6 +282,7 @@ class ServerConfig:
     max_messages: int = _opt(1024, "most chat messages per request")
     request_timeout_s: float = _opt(600.0, "a request still unfinished after this long is aborted (504)")
     startup_timeout_s: float = _opt(600.0, "how long to wait for the model to load")
+    drain_timeout_s: float = _opt(30.0, "on SIGTERM, how long running requests get to finish (new ones get 503)")
     dashboard_previews: str = _opt("on", "the dashboard's text previews of cached prefixes and prompts (a few "
                                    "tokens each); off: no prompt token leaves the scheduler for it",
                                    choices=("on", "off"))

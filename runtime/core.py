@@ -87,7 +87,7 @@ class EngineCore:
         """The scheduler's state for one request; a request without a seed draws one from the engine's RNG."""
         if msg.params.stop and self.tokenizer is None:
             raise ValueError("sampling_params.stop needs a tokenizer")
-        req = Req(msg.rid, msg.input_ids, msg.params, msg.logprob, self.eos_ids, msg.priority)
+        req = Req(msg.rid, msg.input_ids, msg.params, msg.logprob, self.eos_ids, msg.priority, msg.namespace)
         seed = msg.params.seed
         req.generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, (1,), generator=self._seed_rng)))
         req.spec = msg.constraint
@@ -109,12 +109,20 @@ class EngineCore:
         self.scheduler.abort(rid)
 
     # ------------------------------------------------------------ admin
-    def flush_cache(self) -> None:
+    def flush_cache(self) -> tuple[int, int]:
+        """Drop the radix cache -> (tokens flushed, tokens kept). Idle, all of it; under load, every node no
+        running request holds (what is locked stays, so nothing running breaks)."""
+        tree = self.cache.tree
+        if tree is None:
+            return 0, 0
         if self.scheduler.has_work():
-            raise ValueError("flush_cache: requests are queued or running")
-        if self.cache.tree is not None:
-            self.cache.alloc.free_slots(self.cache.tree.evict(self.cache.tree.total_size()))
-            self.cache.tree.reset()
+            freed = tree.evict(tree.evictable_size)
+            self.cache.alloc.free_slots(freed)
+            return len(freed), tree.protected_size
+        flushed = tree.total_size()
+        self.cache.alloc.free_slots(tree.evict(flushed))
+        tree.reset()
+        return flushed, 0
 
     def check_invariants(self) -> None:
         self.scheduler.check_invariants()

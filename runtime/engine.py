@@ -211,8 +211,9 @@ class Engine:
     def abort(self, rid: str) -> None:
         self.core.abort(rid)
 
-    def flush_cache(self) -> None:
-        self.core.flush_cache()
+    def flush_cache(self) -> tuple[int, int]:
+        """Drop the radix cache -> (tokens flushed, tokens kept because running requests hold them)."""
+        return self.core.flush_cache()
 
     def check_invariants(self) -> None:
         self.core.check_invariants()

@@ -122,6 +122,7 @@ class GenerateReq(msgspec.Struct, tag=True):
     logprob: LogprobOptions = LogprobOptions()
     priority: int = 0
     constraint: ConstraintSpec | None = None
+    namespace: str | None = None  # the radix namespace, set by the server from the API key (never the client)
 
 
 class AbortReq(msgspec.Struct, tag=True):
@@ -248,6 +249,7 @@ class InFlight(msgspec.Struct):
     age_s: float
     grammar: str | None = None  # the constraint's kind
     preview_ids: list[int] = []
+    namespace: str = "default"
 
 
 class CacheViewResp(msgspec.Struct, tag=True):

@@ -59,8 +59,9 @@ def check_limits(params: SamplingParams, logprob: LogprobOptions, limits: Reques
 def build_requests(prompts: list[list[int]], params: list[SamplingParams], rid: str, *, max_context: int,
                    vocab_size: int, constraints: list[ConstraintSpec | None] | None = None,
                    logprob: LogprobOptions = LogprobOptions(), priority: int = 0,
-                   limits: RequestLimits = RequestLimits()) -> list[list[GenerateReq]]:
-    """One list of n GenerateReqs per prompt; params[i] and constraints[i] belong to prompts[i]."""
+                   limits: RequestLimits = RequestLimits(), namespace: str | None = None) -> list[list[GenerateReq]]:
+    """One list of n GenerateReqs per prompt; params[i] and constraints[i] belong to prompts[i]; all in the
+    radix ``namespace``."""
     if len(params) != len(prompts):
         raise ValueError(f"sampling_params: {len(params)} given for {len(prompts)} prompts")
     constraints = constraints if constraints is not None else [None] * len(prompts)
@@ -75,6 +76,6 @@ def build_requests(prompts: list[list[int]], params: list[SamplingParams], rid: 
             GenerateReq(rid=prid if sp.n == 1 else f"{prid}-{j}", input_ids=list(ids),
                         params=msgspec.structs.replace(sp, n=1, max_new_tokens=budget,
                                                        seed=None if sp.seed is None else sp.seed + j),
-                        logprob=logprob, priority=priority, constraint=spec)
+                        logprob=logprob, priority=priority, constraint=spec, namespace=namespace)
             for j in range(sp.n)])
     return groups

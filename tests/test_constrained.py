@@ -214,3 +214,36 @@ def test_jump_forward_saves_decode_steps_and_stays_valid(engines):
             assert eng.scheduler.stats["jump_forward_tokens"] > 0
     print(f"decode steps without / with jump-forward: {steps[False]} / {steps[True]}")
     assert steps[True] < steps[False]
+
+
+CITY = {"type": "object", "properties": {"name": {"type": "string"}, "country": {"type": "string"},
+                                         "population_millions": {"type": "number"}},
+        "required": ["name", "country", "population_millions"]}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numbers_have_bounded_digits(backends, smol_tokenizer, backend):
+    """No more digits than a JSON number carries: 17 in the integer part pass, 18 do not."""
+    grammar = backends[backend].compile(ConstraintSpec.json_schema(
+        {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}))
+
+    def accepts(doc: str) -> bool:
+        m = grammar.matcher()
+        return all(m.accept_token(t) for t in smol_tokenizer(doc, add_special_tokens=False)["input_ids"])
+
+    assert accepts('{"n": ' + "1" * 17 + ".25}") and accepts('{"n": -0.5}')
+    assert not accepts('{"n": ' + "1" * 18)
+    assert not accepts('{"n": 1.' + "5" * 17)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_schema_with_a_float_closes(engines, backend, temperature):
+    """The extraction call that used to run to max_tokens writing digits: now every sample closes."""
+    outs = generate(engines[backend], {"json_schema": CITY}, n=4 if temperature else 1, max_new_tokens=80,
+                    temperature=temperature, prompt="Paris, capital of France, has about 2.1 million people. JSON:")
+    for o in outs:
+        assert o["meta_info"]["finish_reason"]["type"] == "stop", o["text"]
+        doc = json.loads(o["text"])
+        assert set(doc) == set(CITY["required"]) and isinstance(doc["population_millions"], (int, float))

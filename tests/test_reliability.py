@@ -152,7 +152,7 @@ def test_scheduler_death_gives_503_and_a_nonzero_exit(server_process):
         return results, time.monotonic() - t
 
     results, waited = asyncio.run(main())
-    assert waited < 3, "in-flight requests hung after the scheduler died"
+    assert waited < 1.0, f"in-flight requests waited {waited:.2f} s for their 503 after the scheduler died"
     statuses = [r.status_code for r in results if isinstance(r, httpx.Response)]
     assert statuses and all(s == 503 for s in statuses)
     assert srv.proc.wait(timeout=20) != 0

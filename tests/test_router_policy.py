@@ -93,10 +93,17 @@ def test_tree_is_bounded_by_lru():
 
 def test_routing_text():
     chat = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
-    assert routing_text("/v1/chat/completions", chat) == "system:S\nuser:hi\n"
-    assert routing_text("/v1/completions", {"prompt": ["a", "b"]}) == "a"
-    assert routing_text("/generate", {"text": "t"}) == "t"
-    assert routing_text("/generate", {"input_ids": [1, 2]}) == "[1, 2]"
+    def text(path, body, auth=""):
+        return routing_text(path, body, auth).split(":", 1)[1]
+
+    assert text("/v1/chat/completions", chat) == "system:S\nuser:hi\n"
+    assert text("/v1/completions", {"prompt": ["a", "b"]}) == "a"
+    assert text("/generate", {"text": "t"}) == "t"
+    assert text("/generate", {"input_ids": [1, 2]}) == "[1, 2]"
+    # tenants (API keys) and salts are kept apart in the router's trees too
+    scopes = {routing_text("/generate", {"text": "t", **salt}, auth).split(":", 1)[0]
+              for auth in ("", "Bearer a", "Bearer b") for salt in ({}, {"cache_salt": "s"})}
+    assert len(scopes) == 6
 
 
 def test_config_errors():

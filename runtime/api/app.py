@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -11,6 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from radixlm.runtime.api import dashboard, native, openai_routes
+from radixlm.runtime.api.limits import BodyLimits
 from radixlm.runtime.api.serving import ApiError, Serving
 from radixlm.runtime.api.tokenizer_manager import RequestFailed
 
@@ -23,6 +23,7 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
     app = FastAPI(title="radixlm")
     app.state.serving = serving
     add_guard(app, serving)
+    app.add_middleware(BodyLimits, max_bytes=serving.cfg.max_request_bytes)  # outermost: before any parsing
     add_error_handlers(app)
     openai_routes.add_routes(app, serving)
     native.add_routes(app, serving)
@@ -35,14 +36,15 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
 def add_guard(app: FastAPI, serving: Serving) -> None:
     """Every request: the API key (not /health, nor the static pages, which hold no data and ask for the key
     themselves), the declared body size, and 503 once the server is dying."""
-    tm, cfg = serving.tm, serving.cfg
+    tm, cfg, tenancy = serving.tm, serving.cfg, serving.tenancy
     public = dashboard.PUBLIC_PATHS | {"/health"}
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        if cfg.api_key and request.url.path not in public:
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+        request.state.tenant = None
+        if tenancy.required and request.url.path not in public:
+            request.state.tenant = tenancy.authenticate(request.headers.get("authorization", ""))
+            if request.state.tenant is None:
                 return error_response(ApiError(401, "invalid or missing API key", code="invalid_api_key",
                                                err_type="authentication_error"))
         size = request.headers.get("content-length")
@@ -50,6 +52,8 @@ def add_guard(app: FastAPI, serving: Serving) -> None:
             return error_response(ApiError(413, f"request body over {cfg.max_request_bytes} bytes"))
         if tm.dead and request.url.path not in ("/metrics",):
             return error_response(ApiError(503, tm.dead, err_type="server_error"))
+        if tm.draining and request.url.path in ("/health", "/health_generate"):
+            return error_response(ApiError(503, "the server is shutting down (draining)", err_type="server_error"))
         return await call_next(request)
 
 
@@ -114,7 +118,7 @@ def add_admin_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]
         resp = await tm.flush_cache()
         if not resp.ok:
             raise ApiError(400, resp.message)
-        return PlainTextResponse("Cache flushed.\n")
+        return PlainTextResponse(f"Cache flushed: {resp.message}.\n")
 
     @app.post("/abort_request")
     async def abort_request(body: dict[str, Any]):

@@ -8,6 +8,7 @@ Answers are bounded: at most MAX_TOP nodes, MAX_LISTED requests, HISTORY samples
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -45,11 +46,19 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
     def preview(ids) -> str | None:
         return tm.tokenizer.decode(list(ids), skip_special_tokens=False) if previews and ids else None
 
-    async def view(top: int = 0, depth: int = 1, namespace: str | None = None) -> CacheViewResp:
-        """top 0: the requests only."""
+    async def view(request: Request, top: int = 0, depth: int = 1, namespace: str | None = None) -> CacheViewResp:
+        """top 0: the requests only. With several tenants, each sees only its own namespaces: the rest are
+        dropped here, after the scheduler's top-N (namespaces split at the root, so what is left is whole)."""
+        tenant = request.state.tenant
+        if namespace is not None and not serving.tenancy.owns(tenant, namespace):
+            raise ApiError(400, f"namespace {namespace!r} holds nothing in the cache", param="namespace")
         resp = await tm.cache_view(top, depth, namespace, PREVIEW_TOKENS if previews else 0)
         if resp.error:
             raise ApiError(400, resp.error, param="namespace" if "namespace" in resp.error else None)
+        owns = functools.partial(serving.tenancy.owns, tenant)
+        resp.nodes = [n for n in resp.nodes if owns(n.namespace)]
+        resp.namespaces = {k: v for k, v in resp.namespaces.items() if owns(k)}
+        resp.requests = [r for r in resp.requests if owns(r.namespace)]
         return resp
 
     @app.get("/cache/tree")
@@ -57,7 +66,7 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
         top = int_param(request, "top", 50, 1, MAX_TOP)
         depth = int_param(request, "depth", 8, 1, MAX_DEPTH)
         namespace = request.query_params.get("namespace") or None
-        resp = await view(top, depth, namespace)
+        resp = await view(request, top, depth, namespace)
         nodes = [{**{f: getattr(n, f) for f in n.__dataclass_fields__ if f != "preview_ids"},
                   "preview": preview(n.preview_ids)} for n in resp.nodes]
         return {"nodes": nodes, "namespaces": resp.namespaces, "previews": previews, "top": top, "depth": depth}
@@ -70,11 +79,11 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
         return {"now": now, "series": tm.series.recent(last), "server": dashboard_info(server_info)}
 
     @app.get("/requests")
-    async def requests_in_flight():
-        resp = await view()
+    async def requests_in_flight(request: Request):
+        resp = await view(request)
         reqs = [{**{f: getattr(r, f) for f in r.__struct_fields__ if f != "preview_ids"},
                  "preview": preview(r.preview_ids)} for r in resp.requests]
-        return {"total": resp.total_requests, "requests": reqs}
+        return {"total": len(reqs) if serving.tenancy.several else resp.total_requests, "requests": reqs}
 
     for path, name in PAGES.items():
         app.add_api_route(path, _file_route(name), methods=["GET"], include_in_schema=False)

@@ -35,7 +35,8 @@ async def native_generate(serving: Serving, req: GenerateRequest, request: Reque
     groups = []
     for i, (ids, sp) in enumerate(zip(prompts, sps, strict=True)):
         rid = req.rid if single else (f"{req.rid}-{i}" if req.rid else None)
-        groups += serving.make_reqs([ids], sp, logprob=logprob, priority=req.priority, rid=rid)
+        groups += serving.make_reqs([ids], sp, logprob=logprob, priority=req.priority, rid=rid,
+                                    tenant=request.state.tenant, cache_salt=req.cache_salt)
     if req.stream:
         reqs = [r for g in groups for r in g]
         events = await serving.start_stream(reqs, request.is_disconnected)

@@ -109,7 +109,7 @@ async def chat_completions(serving: Serving, req: ChatCompletionRequest, request
         raise ApiError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
     groups = serving.make_reqs([chat_prompt(serving, req, functions)], sampling,
                                logprob=LogprobOptions(req.logprobs, -1, top), priority=req.priority, rid=req.rid,
-                               spec=spec)
+                               spec=spec, tenant=request.state.tenant, cache_salt=req.cache_salt)
     rid = f"chatcmpl-{groups[0][0].rid}"
     tools = functions if req.tool_choice != "none" else {}
     if req.stream:
@@ -190,7 +190,7 @@ async def completions(serving: Serving, req: CompletionRequest, request: Request
     top = req.logprobs or 0
     groups = serving.make_reqs(completion_prompts(serving, req.prompt), sampling,
                                logprob=LogprobOptions(req.logprobs is not None, -1, top), priority=req.priority,
-                               rid=req.rid)
+                               rid=req.rid, tenant=request.state.tenant, cache_salt=req.cache_salt)
     rid = f"cmpl-{groups[0][0].rid}"
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)

@@ -49,6 +49,7 @@ class SamplingExtras(Strict):
     ebnf: str | None = None
     json_schema: dict[str, Any] | str | None = None
     rid: str | None = None
+    cache_salt: str | None = None  # splits the caller's radix namespace (never joins another tenant's)
 
 
 class ChatMessage(Strict):
@@ -87,4 +88,5 @@ class GenerateRequest(Strict):
     top_logprobs_num: int = 0
     stream: bool = False
     rid: str | None = None
+    cache_salt: str | None = None
     priority: int = 0

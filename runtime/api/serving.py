@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.constrained.spec import ConstraintSpec
+from radixlm.runtime.api.tenancy import Tenancy
 from radixlm.runtime.api.tokenizer_manager import RequestFailed, TokenizerManager
 from radixlm.runtime.config import ServerConfig
 from radixlm.runtime.messages import GenerateReq, LogprobOptions, TextUpdate
@@ -57,23 +58,28 @@ class Choice:
 
 
 class Serving:
-    def __init__(self, tm: TokenizerManager, cfg: ServerConfig, max_context: int, model_name: str) -> None:
+    def __init__(self, tm: TokenizerManager, cfg: ServerConfig, max_context: int, model_name: str,
+                 tenancy: Tenancy | None = None) -> None:
         self.tm, self.cfg, self.max_context, self.model_name = tm, cfg, max_context, model_name
+        self.tenancy = tenancy or Tenancy()
         self.limits = RequestLimits(cfg.max_n, cfg.max_stop, cfg.max_top_logprobs)
 
     # ------------------------------------------------------------ building requests
     def make_reqs(self, prompts: list[list[int]], sampling: dict[str, Any], *, logprob: LogprobOptions = LogprobOptions(),
-                  priority: int = 0, rid: str | None = None,
-                  spec: ConstraintSpec | None = None) -> list[list[GenerateReq]]:
-        """One list of n GenerateReqs per prompt (request_builder); raises ApiError on bad input."""
+                  priority: int = 0, rid: str | None = None, spec: ConstraintSpec | None = None,
+                  tenant: str | None = None, cache_salt: str | None = None) -> list[list[GenerateReq]]:
+        """One list of n GenerateReqs per prompt (request_builder), in the radix namespace of ``tenant`` (who
+        authenticated) and ``cache_salt``; raises ApiError on bad input."""
         try:
+            rid = rid or self.tm.new_rid()
+            namespace = self.tenancy.namespace(tenant, cache_salt, rid)
             params, from_params = parse_sampling(sampling)
             if spec is not None and from_params is not None:
                 raise ValueError("constraint: give one of response_format / tools or regex / ebnf / json_schema")
-            return build_requests(prompts, [params] * len(prompts), rid or self.tm.new_rid(),
+            return build_requests(prompts, [params] * len(prompts), rid,
                                   max_context=self.max_context, vocab_size=len(self.tm.tokenizer),
                                   constraints=[spec or from_params] * len(prompts), logprob=logprob,
-                                  priority=priority, limits=self.limits)
+                                  priority=priority, limits=self.limits, namespace=namespace)
         except ContextLengthError as e:
             raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from e
         except (ValueError, TypeError) as e:

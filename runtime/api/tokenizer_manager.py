@@ -63,6 +63,8 @@ class TokenizerManager:
         self.states: dict[str, ReqState] = {}
         self.stats: SchedulerStats | None = None
         self.dead: str | None = None  # why the server cannot serve any more
+        self.draining = False  # SIGTERM: finish what runs, take nothing new
+        self._heartbeat: float | None = None  # when the scheduler's last stats arrived
         self._flush_waiters: list[asyncio.Future] = []
         self._views: dict[int, asyncio.Future] = {}  # query -> the scheduler's CacheViewResp
         self._ids = itertools.count()
@@ -82,6 +84,8 @@ class TokenizerManager:
     def submit(self, req: GenerateReq) -> None:
         if self.dead:
             raise RequestFailed(503, self.dead)
+        if self.draining:
+            raise RequestFailed(503, "the server is shutting down (draining)")
         if req.rid in self.states:
             raise RequestFailed(400, f"rid {req.rid!r} is already in use")
         self.states[req.rid] = ReqState()
@@ -197,8 +201,12 @@ class TokenizerManager:
         tpot = (now - state.first_token) / (u.completion_tokens - 1) if u.completion_tokens > 1 else None
         self.latencies.finished(state.first_token - state.created, tpot)
 
+    def heartbeat_age(self) -> float | None:
+        """Seconds since the scheduler's loop last reported (None before its first report)."""
+        return None if self._heartbeat is None else time.monotonic() - self._heartbeat
+
     def _on_stats(self, s: SchedulerStats) -> None:
-        self.stats = s
+        self.stats, self._heartbeat = s, time.monotonic()
         m = self.metrics
         m.running.set(s.running)
         m.queued.set(s.queued)

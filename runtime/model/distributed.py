@@ -10,9 +10,9 @@ plan carries the tokens rank 0 chose.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import timedelta
 
+import msgspec
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -34,38 +34,63 @@ def init_tp_group(init_addr: str, rank: int, world_size: int):
     return dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT) if backend == "nccl" else dist.group.WORLD
 
 
-@dataclass
-class BatchPlan:
-    """A ForwardBatch in plain arrays (cheap to pickle), plus the request-table entries it reads."""
+def _raw(t: torch.Tensor) -> bytes:
+    return t.to(torch.int64).contiguous().numpy().tobytes()
+
+
+def _tensor(b: bytes) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(b, dtype=np.int64).copy())
+
+
+class BatchPlan(msgspec.Struct, frozen=True):
+    """A ForwardBatch as msgpack: int64 arrays as raw little-endian bytes, plus the request-table entries it
+    reads. Typed on both ends (no pickle): a follower only ever decodes this struct."""
 
     mode: str
-    input_ids: np.ndarray  # [T]
-    positions: np.ndarray  # [T]
-    out_cache_loc: np.ndarray  # [T]
-    req_rows: np.ndarray  # [B]
+    input_ids: bytes  # [T]
+    positions: bytes  # [T]
+    out_cache_loc: bytes  # [T]
+    req_rows: bytes  # [B]
     seq_lens: list[int]  # [B]
     extend_lens: list[int]  # [B]
-    logit_rows: np.ndarray  # [R]
-    slots: np.ndarray  # concatenation over requests of table[row, :seq_len]
+    logit_rows: bytes  # [R]
+    slots: bytes  # concatenation over requests of table[row, :seq_len]
     num_layers: int | None
 
     @classmethod
     def of(cls, batch: ForwardBatch, table: torch.Tensor) -> BatchPlan:
         rows = batch.req_rows.tolist()
         slots = torch.cat([table[r, :n] for r, n in zip(rows, batch.seq_lens, strict=True)]).cpu()
-        return cls(batch.mode, batch.input_ids.numpy(), batch.positions.numpy(), batch.out_cache_loc.numpy(),
-                   batch.req_rows.numpy(), batch.seq_lens, batch.extend_lens, batch.logit_rows.numpy(),
-                   slots.numpy(), batch.num_layers)
+        return cls(batch.mode, _raw(batch.input_ids), _raw(batch.positions), _raw(batch.out_cache_loc),
+                   _raw(batch.req_rows), list(batch.seq_lens), list(batch.extend_lens), _raw(batch.logit_rows),
+                   _raw(slots), batch.num_layers)
 
     def apply(self, table: torch.Tensor) -> ForwardBatch:
         """Write the slot lists into this rank's request table; -> the batch to run."""
-        slots, start = torch.from_numpy(self.slots), 0
-        for row, n in zip(self.req_rows.tolist(), self.seq_lens, strict=True):
+        slots, start, rows = _tensor(self.slots), 0, _tensor(self.req_rows)
+        for row, n in zip(rows.tolist(), self.seq_lens, strict=True):
             table[row, :n] = slots[start:start + n]
             start += n
-        t = torch.from_numpy
-        return ForwardBatch(self.mode, t(self.input_ids), t(self.positions), t(self.out_cache_loc),
-                            t(self.req_rows), self.seq_lens, self.extend_lens, t(self.logit_rows), self.num_layers)
+        return ForwardBatch(self.mode, _tensor(self.input_ids), _tensor(self.positions), _tensor(self.out_cache_loc),
+                            rows, self.seq_lens, self.extend_lens, _tensor(self.logit_rows), self.num_layers)
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(BatchPlan).decode
+
+
+def broadcast_bytes(payload: bytes | None, group) -> bytes | None:
+    """Rank 0 sends ``payload`` (None: the end), every other rank receives it: a length, then the bytes, as
+    uint8 tensors over the CPU group (no objects, no pickle)."""
+    n = torch.tensor([-1 if payload is None else len(payload)], dtype=torch.int64)
+    dist.broadcast(n, src=0, group=group)
+    if n.item() < 0:
+        return None
+    buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload is not None else \
+        torch.empty(int(n.item()), dtype=torch.uint8)
+    if buf.numel():
+        dist.broadcast(buf, src=0, group=group)
+    return payload if payload is not None else buf.numpy().tobytes()
 
 
 class PlanBroadcaster:
@@ -75,21 +100,19 @@ class PlanBroadcaster:
         self.table, self.group = table, group
 
     def send(self, batch: ForwardBatch) -> None:
-        dist.broadcast_object_list([BatchPlan.of(batch, self.table)], src=0, group=self.group)
+        broadcast_bytes(_encode(BatchPlan.of(batch, self.table)), self.group)
 
     def close(self) -> None:
-        """Tell the followers to exit (a None plan)."""
-        dist.broadcast_object_list([None], src=0, group=self.group)
+        """Tell the followers to exit."""
+        broadcast_bytes(None, self.group)
 
 
 def follow(runner, group) -> int:
-    """A follower rank's loop: run every plan rank 0 broadcasts until it sends None; -> steps run."""
+    """A follower rank's loop: run every plan rank 0 broadcasts until it sends the end; -> steps run."""
     steps = 0
     while True:
-        box = [None]
-        dist.broadcast_object_list(box, src=0, group=group)
-        if box[0] is None:
+        raw = broadcast_bytes(None, group)
+        if raw is None:
             return steps
-        batch = box[0].apply(runner.req_to_token.table)
-        runner.forward(batch)
+        runner.forward(_decode(raw).apply(runner.req_to_token.table))
         steps += 1

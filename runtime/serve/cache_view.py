@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from radixlm.radix_cache.snapshot import tree_view
+from radixlm.radix_cache.snapshot import namespace_name, tree_view
 from radixlm.runtime.core import EngineCore
 from radixlm.runtime.messages import CacheViewReq, CacheViewResp, InFlight
 from radixlm.runtime.request import Req
@@ -42,4 +42,4 @@ def _listing(r: Req, state: str, preview_tokens: int) -> InFlight:
     return InFlight(rid=r.rid, state=state, prompt_tokens=len(r.origin_input_ids), cached_tokens=r.cached_tokens,
                     generated=len(r.output_ids), priority=r.priority, age_s=round(time.monotonic() - r.arrival, 3),
                     grammar=r.spec.kind if r.spec is not None else None,
-                    preview_ids=r.origin_input_ids[:preview_tokens])
+                    preview_ids=r.origin_input_ids[:preview_tokens], namespace=namespace_name(r.namespace))

@@ -20,6 +20,7 @@ from radixlm.kernels.cpu_info import cpu_description
 from radixlm.runtime.api.app import create_app
 from radixlm.runtime.api.metrics import Metrics
 from radixlm.runtime.api.serving import Serving
+from radixlm.runtime.api.tenancy import Tenancy
 from radixlm.runtime.api.tokenizer_manager import TokenizerManager
 from radixlm.runtime.config import EngineConfig, ServerConfig
 from radixlm.runtime.ipc import IpcPaths, pull, push
@@ -46,6 +47,7 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     ctx = zmq.Context()
     procs: list[multiprocessing.Process] = []
     try:
+        tenancy = Tenancy.from_config(server_cfg.api_key, server_cfg.api_keys_file, server_cfg.cache_sharing)
         ready = pull(ctx, paths.ready)
         procs = _spawn(engine_cfg, server_cfg, paths)
         files = open_model(engine_cfg.load.model)
@@ -55,7 +57,7 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
                 tokenizer.chat_template = f.read()
         info = _wait_ready(ready, procs, server_cfg.startup_timeout_s, _handshakes(engine_cfg))
         name = server_cfg.served_model_name or os.path.basename(files.path if hasattr(files, "path") else files.folder)
-        return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name))
+        return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name, tenancy))
     except (StartupError, ValueError, OSError) as e:
         log.error("startup failed: %s", e)
         return 1
@@ -132,42 +134,78 @@ def _wait_ready(sock: zmq.Socket, procs: list[multiprocessing.Process], timeout:
     return info
 
 
-async def _serve(engine_cfg, server_cfg, paths, procs, tokenizer, info: dict, name: str) -> int:
+async def _serve(engine_cfg, server_cfg, paths, procs, tokenizer, info: dict, name: str, tenancy: Tenancy) -> int:
     metrics = Metrics(name)
     tm = TokenizerManager(tokenizer, paths, metrics)
-    serving = Serving(tm, server_cfg, info["max_context"], name)
+    serving = Serving(tm, server_cfg, info["max_context"], name, tenancy)
     server_info = {"model_path": engine_cfg.load.model or "default (SmolLM2-135M-Instruct)", **info, "api_pid": os.getpid(),
                    "cpu": cpu_description(),
                    "engine": engine_cfg.flat(),
-                   "server": {k: v for k, v in dataclasses.asdict(server_cfg).items() if k != "api_key"}}
+                   "server": {k: v for k, v in dataclasses.asdict(server_cfg).items() if k != "api_key"},
+                   "tenants": len(set(tenancy.keys.values())), "cache_sharing": tenancy.sharing}
     server = http_server(create_app(serving, server_info), server_cfg.host, server_cfg.port, server_cfg.log_level)
-    stop_on_signals(server)
     tm.start()
-    exit_code = 0
-
-    async def watch_children() -> None:
-        nonlocal exit_code
-        while not server.should_exit:
-            await asyncio.sleep(CHILD_CHECK_S)
-            dead = [p for p in procs if not p.is_alive()]
-            if dead:
-                msg = f"{dead[0].name} process died (exit code {dead[0].exitcode}); the server is shutting down"
-                log.error(msg)
-                tm.fail_all(msg)
-                exit_code = 1
-                await asyncio.sleep(1.0)  # let in-flight requests receive their 503
-                server.should_exit = True
+    watch = Supervisor(server, tm, procs, engine_cfg.scheduler.watchdog_timeout_s, server_cfg.drain_timeout_s)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, watch.drain)
 
     async def announce() -> None:
         while not server.started:
             await asyncio.sleep(0.05)
         log.info("radixlm ready: http://%s:%d (model %s)", server_cfg.host, server_cfg.port, name)
 
-    watcher, hello = asyncio.create_task(watch_children()), asyncio.create_task(announce())
+    watcher, hello = asyncio.create_task(watch.run()), asyncio.create_task(announce())
     await server.serve()
     watcher.cancel()
     hello.cancel()
-    return exit_code if server.started else 1
+    return watch.exit_code if server.started else 1
+
+
+class Supervisor:
+    """Outside the scheduler's loop, in the API process: a dead child, or a scheduler whose heartbeat (its
+    stats, sent every STATS_INTERVAL_S while its loop turns) stopped for ``hang_s`` (a forward or compile step
+    that never returns), fails every request with 503, marks the server unhealthy and exits non-zero. SIGTERM
+    drains: new requests get 503, running ones get ``drain_s`` to finish, then the server exits 0."""
+
+    def __init__(self, server: uvicorn.Server, tm: TokenizerManager, procs, hang_s: float, drain_s: float) -> None:
+        self.server, self.tm, self.procs, self.hang_s, self.drain_s = server, tm, procs, hang_s, drain_s
+        self.exit_code = 0
+        self.drain_deadline: float | None = None
+
+    def drain(self) -> None:
+        if self.drain_deadline is None:
+            log.info("draining: new requests get 503; %d running get up to %.0f s", len(self.tm.states), self.drain_s)
+            self.tm.draining = True
+            self.drain_deadline = time.monotonic() + self.drain_s
+        else:  # a second signal: stop now
+            self.server.should_exit = True
+
+    async def run(self) -> None:
+        while not self.server.should_exit:
+            await asyncio.sleep(CHILD_CHECK_S)
+            problem = self._problem()
+            if problem:
+                log.error(problem)
+                self.tm.fail_all(problem)
+                self.exit_code = 1
+                await asyncio.sleep(0.5)  # let in-flight requests receive their 503
+                self.server.should_exit = True
+            elif self.drain_deadline is not None and (not self.tm.states or time.monotonic() > self.drain_deadline):
+                if self.tm.states:
+                    log.warning("drain timeout: %d requests still running get 503", len(self.tm.states))
+                    self.tm.fail_all("the server shut down before this request finished (drain timeout)")
+                    await asyncio.sleep(0.5)
+                self.server.should_exit = True
+
+    def _problem(self) -> str | None:
+        dead = [p for p in self.procs if not p.is_alive()]
+        if dead:
+            return f"{dead[0].name} process died (exit code {dead[0].exitcode}); the server is shutting down"
+        age = self.tm.heartbeat_age()
+        if age is not None and age > self.hang_s:
+            return f"the scheduler has not answered for {age:.1f} s (a step hung; limit {self.hang_s} s); exiting"
+        return None
 
 
 def http_server(app, host: str, port: int, log_level: str) -> uvicorn.Server:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from typing import Any
@@ -33,8 +34,16 @@ def error(status: int, message: str, err_type: str = "server_error") -> JSONResp
     return JSONResponse(body, status_code=status, headers={"Retry-After": "1"} if status == 503 else None)
 
 
-def routing_text(path: str, body: dict[str, Any]) -> str:
-    """The text whose prefix decides the replica: the prompt, or the chat messages in order."""
+def routing_text(path: str, body: dict[str, Any], authorization: str = "") -> str:
+    """The text whose prefix decides the replica: the caller's namespace (a digest of its API key and
+    cache_salt: the replicas keep tenants apart, and so do the router's approximate trees), then the prompt,
+    or the chat messages in order."""
+    salt = body.get("cache_salt")
+    scope = hashlib.sha256(f"{authorization}\0{salt if isinstance(salt, str) else ''}".encode()).hexdigest()[:16]
+    return f"{scope}:{_prompt_text(path, body)}"
+
+
+def _prompt_text(path: str, body: dict[str, Any]) -> str:
     if path == "/v1/chat/completions":
         parts = []
         for m in body.get("messages") or []:
@@ -62,7 +71,7 @@ class Router:
             return error(400, "the request body is not valid JSON", "invalid_request_error")
         if not isinstance(body, dict):
             return error(400, "the request body must be a JSON object", "invalid_request_error")
-        text, tried = routing_text(path, body), set()
+        text, tried = routing_text(path, body, request.headers.get("authorization", "")), set()
         headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS}
         while True:
             try:

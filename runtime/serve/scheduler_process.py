@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 import msgspec
@@ -36,6 +37,7 @@ from radixlm.runtime.serve.process_utils import die_with_parent, parent_alive
 
 log = logging.getLogger("radixlm.scheduler")
 STATS_INTERVAL_S = 0.25
+TEST_HANG_ENV = "RADIXLM_TEST_HANG_AFTER_STEPS"
 
 
 class SchedulerProcess:
@@ -50,6 +52,9 @@ class SchedulerProcess:
         self.running = True
         self.held: dict[str, TokenUpdate] = {}  # rid -> tokens not sent yet (stream_interval > 1)
         self.interval = stream_interval
+        # test-only: after this many steps, the next step never returns (what the API's watchdog must see)
+        hang = os.environ.get(TEST_HANG_ENV)
+        self.steps_before_hang = int(hang) if hang else None
 
     def loop(self, parent_pid: int) -> None:
         while self.running and parent_alive(parent_pid):
@@ -57,6 +62,7 @@ class SchedulerProcess:
             if self.recv.poll(0 if busy else 50):
                 self._drain()
             if self.sched.has_work():
+                self._maybe_hang()
                 outputs = self.sched.step()
                 updates = [self._update(o) for o in outputs]
                 for err in (u for u in updates if isinstance(u, ReqError)):
@@ -65,6 +71,13 @@ class SchedulerProcess:
                 if tokens:
                     self.to_detok.send(encode(TokenBatch(tokens)))
             self._maybe_send_stats()
+
+    def _maybe_hang(self) -> None:
+        if self.steps_before_hang is not None:
+            self.steps_before_hang -= 1
+            if self.steps_before_hang < 0:
+                log.warning("%s is set: this step hangs (a test of the watchdog)", TEST_HANG_ENV)
+                threading.Event().wait()
 
     def _due(self, updates: list[TokenUpdate]) -> list[TokenUpdate]:
         """The updates to send now: all of them at stream_interval 1; otherwise a request's first token, its
@@ -101,11 +114,9 @@ class SchedulerProcess:
             self.held.pop(msg.rid, None)
             self.sched.abort(msg.rid)
         elif isinstance(msg, FlushCacheReq):
-            try:
-                self.core.flush_cache()
-                self.to_api.send(encode(FlushCacheResp(True)))
-            except ValueError as e:
-                self.to_api.send(encode(FlushCacheResp(False, str(e))))
+            flushed, kept = self.core.flush_cache()
+            note = f"; {kept} tokens held by running requests stay" if kept else ""
+            self.to_api.send(encode(FlushCacheResp(True, f"flushed {flushed} tokens{note}")))
         elif isinstance(msg, CacheViewReq):
             self.to_api.send(encode(cache_view(self.core, msg)))
         elif isinstance(msg, Shutdown):
