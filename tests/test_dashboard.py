@@ -92,6 +92,8 @@ def test_previews_off_and_the_api_key(server_process):
         assert nodes and all(n["preview"] is None for n in nodes)
     finally:
         assert srv.stop() == 0
+    log = srv.proc.stdout.read()
+    assert "radixlm ready" in log and "museum guide" not in log  # prompts never reach the logs
 
 
 # ---------------------------------------------------------------- in the browser

@@ -13,6 +13,7 @@ import pytest
 from radixlm.runtime.engine import Engine
 
 pytestmark = pytest.mark.slow
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 LONG = " ".join(f"Item {i} is a small blue stone from the river bank." for i in range(60))
 
 
@@ -99,6 +100,14 @@ def test_disconnect_mid_stream_frees_the_request(server):
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": "warm"}, 400, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "modalities": ["audio"]}, 400, "modalities"),
     ({"messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}],  # a tool whose parameters are not an object schema
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}, 400, "tools"),
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL], "tool_choice":
+      {"type": "function", "function": {"name": "nope"}}}, 400, "tool_choice"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "call_9", "content": "1"}]},
+     400, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]}, 400, "messages"),
 ])
 def test_bad_input_gets_openai_errors(server, body, status, param):
     kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, str) else {"json": body}
@@ -109,6 +118,26 @@ def test_bad_input_gets_openai_errors(server, body, status, param):
     ok = httpx.post(f"{server.url}/v1/chat/completions", timeout=30,
                     json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     assert ok.status_code == 200
+
+
+def test_completions_echo(client, smol_tokenizer):
+    prompt = "The capital of France is"
+    out = client.completions.create(model="default", prompt=prompt, max_tokens=3, temperature=0, echo=True, logprobs=2)
+    c = out.choices[0]
+    assert c.text.startswith(prompt) and len(c.text) > len(prompt)
+    n_prompt = len(smol_tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert len(c.logprobs.tokens) == n_prompt + out.usage.completion_tokens
+    assert c.logprobs.token_logprobs[0] is None and all(x <= 0 for x in c.logprobs.token_logprobs[1:])
+    assert "".join(c.logprobs.tokens) == c.text
+    plain = client.completions.create(model="default", prompt=prompt, max_tokens=3, temperature=0)
+    assert c.text == prompt + plain.choices[0].text  # echo changes nothing of the answer
+    chunks = list(client.completions.create(model="default", prompt=[prompt, "Two plus two is"], max_tokens=3,
+                                            temperature=0, echo=True, stream=True))
+    firsts = {}
+    for ch in chunks:
+        for x in ch.choices:
+            firsts.setdefault(x.index, x.text)
+    assert firsts == {0: prompt, 1: "Two plus two is"}
 
 
 def test_unknown_model_is_404(server):

@@ -13,7 +13,9 @@ from radixlm.constrained.spec import spec_from_response_format
 from radixlm.runtime.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingExtras
 from radixlm.runtime.api.serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
 from radixlm.runtime.api.tools import (
+    call_arguments,
     call_schema,
+    check_tool_results,
     chosen_functions,
     parse_tool_call,
     tool_functions,
@@ -63,6 +65,7 @@ def sampling_from(req: SamplingExtras, max_tokens: int | None) -> dict[str, Any]
 def chat_prompt(serving: Serving, req: ChatCompletionRequest, functions: dict[str, dict]) -> list[int]:
     if len(req.messages) > serving.cfg.max_messages:
         raise ApiError(400, f"at most {serving.cfg.max_messages} messages, got {len(req.messages)}", param="messages")
+    check_tool_results(req.messages)
     messages = []
     if functions and req.tool_choice != "none":
         messages.append({"role": "system", "content": tools_system_prompt(functions)})
@@ -73,8 +76,8 @@ def chat_prompt(serving: Serving, req: ChatCompletionRequest, functions: dict[st
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
             content = "".join(str(part.get("text", "")) for part in content)
         if m.tool_calls:  # an earlier call, shown to the model the way it is asked to write calls
-            fn = (m.tool_calls[0] or {}).get("function", {})
-            content = json.dumps({"name": fn.get("name"), "arguments": json.loads(fn.get("arguments") or "{}")})
+            name, args = call_arguments(m.tool_calls[0], f"messages[{i}].tool_calls[0]")
+            content = json.dumps({"name": name, "arguments": args})
         messages.append({"role": m.role, "content": content or ""})
     tok = serving.tm.tokenizer
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -184,43 +187,60 @@ def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
 
 async def completions(serving: Serving, req: CompletionRequest, request: Request):
     model = check_model(serving, req.model)
-    if req.echo:
-        raise ApiError(400, "echo is not supported", param="echo")
     sampling = sampling_from(req, req.max_tokens)
     top = req.logprobs or 0
-    groups = serving.make_reqs(completion_prompts(serving, req.prompt), sampling,
-                               logprob=LogprobOptions(req.logprobs is not None, -1, top), priority=req.priority,
-                               rid=req.rid, tenant=request.state.tenant, cache_salt=req.cache_salt)
+    prompts = completion_prompts(serving, req.prompt)
+    # echo with logprobs: the prompt's own logprobs too, from its first token (so no cached prefix for it)
+    logprob = LogprobOptions(req.logprobs is not None, 0 if req.echo and req.logprobs is not None else -1, top)
+    groups = serving.make_reqs(prompts, sampling, logprob=logprob, priority=req.priority, rid=req.rid,
+                               tenant=request.state.tenant, cache_salt=req.cache_salt)
     rid = f"cmpl-{groups[0][0].rid}"
+    echoes = echo_texts(serving, req.prompt, groups) if req.echo else None
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         events = await serving.start_stream([r for g in groups for r in g], request.is_disconnected)
-        return StreamingResponse(completion_stream(serving, groups, events, rid, model, include_usage),
+        return StreamingResponse(completion_stream(serving, groups, events, rid, model, include_usage, echoes),
                                  media_type="text/event-stream")
     choices = await serving.run(groups, request.is_disconnected)
     return {"id": rid, "object": "text_completion", "created": now(), "model": model,
-            "choices": [{"index": c.index, "text": "".join(c.text), "finish_reason": finish_reason(c.last),
-                         "logprobs": completion_logprobs(serving, c) if req.logprobs is not None else None}
-                        for c in choices],
+            "choices": [{"index": c.index, "text": (echoes[c.index] if echoes else "") + "".join(c.text),
+                         "finish_reason": finish_reason(c.last),
+                         "logprobs": completion_logprobs(serving, c, bool(echoes)) if req.logprobs is not None
+                         else None} for c in choices],
             "usage": usage(groups, choices)}
 
 
-def completion_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
+def echo_texts(serving: Serving, prompt, groups: list[list]) -> list[str]:
+    """echo: each choice's prompt as the client sent it (token ids decoded), one per choice in order."""
+    texts = [prompt] if isinstance(prompt, str) else [p if isinstance(p, str) else None for p in prompt] \
+        if prompt and not all(isinstance(p, int) for p in prompt) else [None]
     tok = serving.tm.tokenizer
-    tokens = [tok.decode([t]) for _, t in c.logprobs]
+    return [t if t is not None else tok.decode(g[0].input_ids) for t, g in zip(texts, groups, strict=True) for _ in g]
+
+
+def completion_logprobs(serving: Serving, c: Choice, echo: bool = False) -> dict[str, Any]:
+    """OpenAI's legacy logprobs; with echo the prompt's tokens come first (the very first has no logprob)."""
+    tok = serving.tm.tokenizer
+    pairs = (c.input_logprobs or []) + c.logprobs if echo else c.logprobs
+    top_rows = ((c.input_top_logprobs or [None] * len(c.input_logprobs or [])) + c.top_logprobs) if echo \
+        else c.top_logprobs
+    tokens = [tok.decode([t]) for _, t in pairs]
     offsets, pos = [], 0
     for s in tokens:
         offsets.append(pos)
         pos += len(s)
-    tops = [{tok.decode([t]): v for t, v in (top or [])} for top in c.top_logprobs] or None
-    return {"tokens": tokens, "token_logprobs": [lp for lp, _ in c.logprobs], "top_logprobs": tops,
+    tops = [None if top is None else {tok.decode([t]): v for t, v in top} for top in top_rows] \
+        if c.top_logprobs else None
+    return {"tokens": tokens, "token_logprobs": [lp for lp, _ in pairs], "top_logprobs": tops,
             "text_offset": offsets}
 
 
-async def completion_stream(serving, groups, events, rid, model, include_usage) -> AsyncIterator[str]:
+async def completion_stream(serving, groups, events, rid, model, include_usage, echoes=None) -> AsyncIterator[str]:
     reqs = [r for g in groups for r in g]
     choices = [Choice(i) for i in range(len(reqs))]
     base = {"id": rid, "object": "text_completion", "created": now(), "model": model}
+    for i, text in enumerate(echoes or []):  # echo: the prompt first
+        yield sse({**base, "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": None}]})
     try:
         async for i, u in events:
             choices[i].add(u)

@@ -17,8 +17,49 @@ def tool_functions(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, An
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise ApiError(400, f"tools[{i}] must be {{'type': 'function', 'function': {{'name', ...}}}}",
                            param="tools")
+        check_parameters(fn.get("parameters"), f"tools[{i}].function.parameters")
         out[fn["name"]] = fn
     return out
+
+
+def check_parameters(schema: Any, where: str) -> None:
+    """A function's parameters must be a JSON schema of an object (absent: any object); 400 naming it."""
+    if schema is None:
+        return
+    ok = isinstance(schema, dict) and schema.get("type", "object") == "object" and \
+        isinstance(schema.get("properties", {}), dict) and all(isinstance(v, (dict, bool)) for v in
+                                                               schema.get("properties", {}).values()) and \
+        isinstance(schema.get("required", []), list)
+    if not ok:
+        raise ApiError(400, f"{where} must be a JSON schema of an object (type 'object', properties a map of "
+                            "schemas, required a list)", param="tools")
+    try:
+        ConstraintSpec.json_schema(schema)
+    except ValueError as e:
+        raise ApiError(400, f"{where}: {e}", param="tools") from e
+
+
+def call_arguments(call: Any, where: str) -> tuple[str | None, dict[str, Any]]:
+    """An earlier assistant tool call from the messages -> (name, arguments); 400 if its arguments are not a
+    JSON object."""
+    fn = (call or {}).get("function") or {} if isinstance(call, dict) else {}
+    try:
+        args = json.loads(fn.get("arguments") or "{}")
+    except (TypeError, json.JSONDecodeError):
+        args = None
+    if not isinstance(args, dict):
+        raise ApiError(400, f"{where}.function.arguments must be a JSON object in a string", param="messages")
+    return fn.get("name"), args
+
+
+def check_tool_results(messages: list[Any]) -> None:
+    """Every role 'tool' message answers a call an earlier assistant message made (by tool_call_id)."""
+    calls: set[str] = set()
+    for i, m in enumerate(messages):
+        calls.update(c.get("id") for c in (m.tool_calls or []) if isinstance(c, dict) and c.get("id"))
+        if m.role == "tool" and m.tool_call_id not in calls:
+            raise ApiError(400, f"messages[{i}]: a 'tool' message needs the tool_call_id of an earlier assistant "
+                                f"tool call, got {m.tool_call_id!r}", param="messages")
 
 
 def chosen_functions(functions: dict[str, dict], tool_choice: Any) -> dict[str, dict] | None:

@@ -94,7 +94,7 @@ function drawTree(tree) {
   box.style.height = rows * rowH + "px";
 
   const body = document.querySelector("#nodes tbody");
-  body.replaceChildren(...tree.nodes.slice(0, 25).map((n) => el("tr",
+  body.replaceChildren(...tree.nodes.slice(0, 12).map((n) => el("tr",
     {"data-hits": n.hits, "data-children": n.children},
     el("td", {text: n.depth}), el("td", {text: fmt(n.tokens)}), el("td", {text: fmt(n.subtree_tokens)}),
     el("td", {text: n.hits}), el("td", {text: fmt(n.idle_s, 1) + " s"}),
