@@ -65,9 +65,14 @@ def test_tool_choice_required_always_yields_valid_calls(client):
         model="default", messages=[{"role": "user", "content": "Time in Tokyo?"}], tools=[WEATHER, TIME],
         tool_choice={"type": "function", "function": {"name": "get_time"}}, max_tokens=60, temperature=0,
         stream=True)
-    calls = [tc for c in named if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    assert calls and calls[0].function.name == "get_time"
-    jsonschema.validate(json.loads(calls[0].function.arguments), params["get_time"])
+    chunks = [c for c in named if c.choices]
+    calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    # OpenAI's shape: the first delta names the call, later ones carry fragments of its arguments
+    assert calls and calls[0].id and calls[0].type == "function" and calls[0].function.name == "get_time"
+    assert len(calls) > 2 and all(tc.index == 0 and tc.id is None and tc.function.name is None for tc in calls[1:])
+    arguments = "".join(tc.function.arguments or "" for tc in calls)
+    jsonschema.validate(json.loads(arguments), params["get_time"])
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 def test_native_generate_constraints(server):

@@ -12,12 +12,12 @@ from fastapi.responses import StreamingResponse
 from radixlm.constrained.spec import spec_from_response_format
 from radixlm.runtime.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingExtras
 from radixlm.runtime.api.serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
+from radixlm.runtime.api.tool_stream import ToolCallStream
 from radixlm.runtime.api.tools import (
     call_arguments,
     call_schema,
     check_tool_results,
     chosen_functions,
-    parse_tool_call,
     tool_functions,
     tools_system_prompt,
 )
@@ -127,51 +127,39 @@ async def chat_completions(serving: Serving, req: ChatCompletionRequest, request
 
 
 def chat_choice(serving: Serving, c: Choice, tools: dict, call_id: str, logprobs: bool) -> dict[str, Any]:
-    text = "".join(c.text)
-    calls = parse_tool_call(text, tools, call_id) if tools else None
-    message = {"role": "assistant", "content": None if calls else text}
-    if calls:
-        message["tool_calls"] = calls
-    return {"index": c.index, "message": message, "logprobs": token_logprobs(serving, c) if logprobs else None,
-            "finish_reason": "tool_calls" if calls else finish_reason(c.last)}
+    stream = ToolCallStream(tools, call_id)
+    stream.feed("".join(c.text), finished=True)
+    return {"index": c.index, "message": {"role": "assistant", **stream.result()},
+            "logprobs": token_logprobs(serving, c) if logprobs else None,
+            "finish_reason": "tool_calls" if stream.complete() else finish_reason(c.last)}
 
 
 async def chat_stream(serving, groups, events, rid, model, include_usage, logprobs, tools) -> AsyncIterator[str]:
     reqs = [r for g in groups for r in g]
     choices = [Choice(i) for i in range(len(reqs))]
     base = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model}
+    streams = [ToolCallStream(tools, f"call_{rid}_{c.index}") for c in choices]
     for c in choices:
         yield sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
                                         "logprobs": None, "finish_reason": None}]})
     try:
         async for i, u in events:
-            c = choices[i]
-            c.add(u)
-            if tools:  # a tool call is sent whole, once its JSON is complete
-                if u.finished:
-                    yield sse({**base, "choices": [tool_delta(chat_choice(serving, c, tools, f"call_{rid}_{i}", False))]})
-                continue
-            if not (u.text or u.finished):
-                continue
+            choices[i].add(u)
             lp = None
             if logprobs and u.output_logprobs:
                 tmp = Choice(i, logprobs=u.output_logprobs, top_logprobs=u.output_top_logprobs or [])
                 lp = token_logprobs(serving, tmp)
-            yield sse({**base, "choices": [{"index": i, "delta": {"content": u.text} if u.text else {},
-                                            "logprobs": lp, "finish_reason": finish_reason(u)}]})
+            deltas = streams[i].feed(u.text, u.finished) or ([{}] if u.finished or lp else [])
+            for k, delta in enumerate(deltas):
+                last = u.finished and k == len(deltas) - 1
+                reason = ("tool_calls" if streams[i].complete() else finish_reason(u)) if last else None
+                yield sse({**base, "choices": [{"index": i, "delta": delta, "logprobs": lp if k == 0 else None,
+                                                "finish_reason": reason}]})
     except ApiError as e:
         yield sse(e.body())
     if include_usage:
         yield sse({**base, "choices": [], "usage": usage(groups, choices)})
     yield "data: [DONE]\n\n"
-
-
-def tool_delta(choice: dict[str, Any]) -> dict[str, Any]:
-    msg = choice["message"]
-    delta: dict[str, Any] = {"content": msg["content"]} if msg["content"] else {}
-    if msg.get("tool_calls"):
-        delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(msg["tool_calls"])]
-    return {"index": choice["index"], "delta": delta, "logprobs": None, "finish_reason": choice["finish_reason"]}
 
 
 def completion_prompts(serving: Serving, prompt) -> list[list[int]]:

@@ -88,15 +88,3 @@ def tools_system_prompt(functions: dict[str, dict]) -> str:
                                     "parameters": f.get("parameters", {})}) for n, f in functions.items())
     return ("You can call these functions:\n" + listing + "\nTo call one, answer with only a JSON object "
             '{"name": <function name>, "arguments": <arguments object>}.')
-
-
-def parse_tool_call(text: str, functions: dict[str, dict], call_id: str) -> list[dict[str, Any]] | None:
-    """The output as OpenAI tool_calls, or None if it is not a call of a known function."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict) or obj.get("name") not in functions or not isinstance(obj.get("arguments"), dict):
-        return None
-    return [{"id": call_id, "type": "function",
-             "function": {"name": obj["name"], "arguments": json.dumps(obj["arguments"])}}]
