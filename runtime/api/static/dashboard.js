@@ -8,7 +8,7 @@ const {el, fmt} = radix;
 const CHARTS = [
   {id: "hit_rate", title: "cache hit rate (cached / prompt tokens)", lines: [["hit_rate", "hit rate", "--green"]],
    min: 0, max: 1},
-  {id: "kv", title: "KV slots (the rest are free)", lines: [["kv_used", "used by requests", "--blue"],
+  {id: "kv", title: "KV slots", lines: [["kv_used", "used by requests", "--blue"],
     ["kv_locked", "of which locked tree nodes", "--orange"], ["kv_evictable", "cached, evictable", "--violet"]]},
   {id: "requests", title: "requests", lines: [["running", "running", "--blue"], ["queued", "queued", "--orange"]]},
   {id: "throughput", title: "tokens / s", lines: [["prefill_tps", "prefill", "--violet"], ["decode_tps", "decode", "--green"]]},
@@ -132,6 +132,11 @@ async function poll() {
     const [stats, tree, reqs] = await Promise.all([
       radix.json("/cache/stats"), radix.json("/cache/tree?top=60&depth=8"), radix.json("/requests")]);
     for (const c of CHARTS) drawChart(c, stats.series);
+    const last = stats.series[stats.series.length - 1];
+    if (last) {
+      document.querySelector("#chart-kv h3").textContent =
+        `KV slots (free now: ${fmt(last.kv_free)} of ${fmt(last.kv_free + last.kv_used + last.kv_evictable)})`;
+    }
     drawTree(tree);
     drawRequests(reqs);
     if (!infoShown) { drawInfo(stats.server); infoShown = true; }
