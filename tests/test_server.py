@@ -140,6 +140,19 @@ def test_completions_echo(client, smol_tokenizer):
     assert firsts == {0: prompt, 1: "Two plus two is"}
 
 
+def test_completions_best_of_picks_the_most_likely(client):
+    kw = {"model": "default", "prompt": "A short poem:", "max_tokens": 8, "temperature": 1.0, "seed": 5}
+    best = client.completions.create(best_of=3, **kw)
+    assert len(best.choices) == 1 and best.choices[0].index == 0
+    three = client.completions.create(n=3, logprobs=0, **kw)  # the same three samples (seeds 5, 6, 7)
+    totals = {c.text: sum(c.logprobs.token_logprobs) for c in three.choices}
+    assert best.choices[0].text == max(totals, key=totals.get)
+    assert best.usage.completion_tokens == three.usage.completion_tokens  # every sample drawn is counted
+    for bad in ({"best_of": 0}, {"best_of": 2, "n": 3}, {"best_of": 3, "stream": True}):
+        with pytest.raises(openai.BadRequestError, match="best_of"):
+            client.completions.create(**{**kw, **bad})
+
+
 def test_unknown_model_is_404(server):
     r = httpx.post(f"{server.url}/v1/completions", json={"model": "gpt-9", "prompt": "hi"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"

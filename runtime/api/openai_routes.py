@@ -176,10 +176,14 @@ def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
 async def completions(serving: Serving, req: CompletionRequest, request: Request):
     model = check_model(serving, req.model)
     sampling = sampling_from(req, req.max_tokens)
+    best_of = check_best_of(req, serving.cfg.max_n)
+    if best_of:
+        sampling["n"] = best_of
     top = req.logprobs or 0
     prompts = completion_prompts(serving, req.prompt)
     # echo with logprobs: the prompt's own logprobs too, from its first token (so no cached prefix for it)
-    logprob = LogprobOptions(req.logprobs is not None, 0 if req.echo and req.logprobs is not None else -1, top)
+    logprob = LogprobOptions(req.logprobs is not None or bool(best_of),
+                             0 if req.echo and req.logprobs is not None else -1, top)
     groups = serving.make_reqs(prompts, sampling, logprob=logprob, priority=req.priority, rid=req.rid,
                                tenant=request.state.tenant, cache_salt=req.cache_salt)
     rid = f"cmpl-{groups[0][0].rid}"
@@ -190,12 +194,40 @@ async def completions(serving: Serving, req: CompletionRequest, request: Request
         return StreamingResponse(completion_stream(serving, groups, events, rid, model, include_usage, echoes),
                                  media_type="text/event-stream")
     choices = await serving.run(groups, request.is_disconnected)
+    all_choices = choices
+    if best_of:
+        choices, echoes = pick_best(groups, choices, req.n, echoes)
     return {"id": rid, "object": "text_completion", "created": now(), "model": model,
             "choices": [{"index": c.index, "text": (echoes[c.index] if echoes else "") + "".join(c.text),
                          "finish_reason": finish_reason(c.last),
                          "logprobs": completion_logprobs(serving, c, bool(echoes)) if req.logprobs is not None
                          else None} for c in choices],
-            "usage": usage(groups, choices)}
+            "usage": usage(groups, all_choices)}  # best_of: every sample generated counts
+
+
+def check_best_of(req: CompletionRequest, max_n: int) -> int | None:
+    """best_of: None when absent or equal to n; else how many samples to draw per prompt."""
+    if req.best_of is None or req.best_of == req.n:
+        return None
+    if isinstance(req.best_of, bool) or not req.n <= req.best_of <= max_n:
+        raise ApiError(400, f"best_of must be an integer in [n, {max_n}], got {req.best_of}", param="best_of")
+    if req.stream:
+        raise ApiError(400, "best_of cannot be streamed (the best are known only at the end)", param="best_of")
+    return req.best_of
+
+
+def pick_best(groups: list[list], choices: list[Choice], n: int, echoes: list[str] | None):
+    """Per prompt, the n samples with the highest total logprob, re-indexed in order; their echoes."""
+    picked, texts, k = [], [], 0
+    for g in groups:
+        mine = choices[k:k + len(g)]
+        best = sorted(mine, key=lambda c: -sum(lp for lp, _ in c.logprobs))[:n]
+        for c in best:
+            texts.append(echoes[c.index] if echoes else "")
+            c.index = len(picked)
+            picked.append(c)
+        k += len(g)
+    return picked, texts if echoes else None
 
 
 def echo_texts(serving: Serving, prompt, groups: list[list]) -> list[str]:

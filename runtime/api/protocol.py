@@ -75,6 +75,7 @@ class CompletionRequest(SamplingExtras):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = None
     echo: bool = False
+    best_of: int | None = None  # generate best_of, return the n with the highest total logprob
 
 
 class GenerateRequest(Strict):
