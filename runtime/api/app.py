@@ -35,8 +35,8 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
 
 def add_guard(app: FastAPI, serving: Serving) -> None:
     """Every request: the API key (not /health, nor the static pages, which hold no data and ask for the key
-    themselves), the declared body size, and 503 once the server is dying."""
-    tm, cfg, tenancy = serving.tm, serving.cfg, serving.tenancy
+    themselves), and 503 once the server is dying. Body size, headers and JSON depth: limits.BodyLimits."""
+    tm, tenancy = serving.tm, serving.tenancy
     public = dashboard.PUBLIC_PATHS | {"/health"}
 
     @app.middleware("http")
@@ -47,9 +47,6 @@ def add_guard(app: FastAPI, serving: Serving) -> None:
             if request.state.tenant is None:
                 return error_response(ApiError(401, "invalid or missing API key", code="invalid_api_key",
                                                err_type="authentication_error"))
-        size = request.headers.get("content-length")
-        if size and size.isdigit() and int(size) > cfg.max_request_bytes:
-            return error_response(ApiError(413, f"request body over {cfg.max_request_bytes} bytes"))
         if tm.dead and request.url.path not in ("/metrics",):
             return error_response(ApiError(503, tm.dead, err_type="server_error"))
         if tm.draining and request.url.path in ("/health", "/health_generate"):

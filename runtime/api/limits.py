@@ -13,6 +13,8 @@ import json
 import re
 from itertools import accumulate
 
+from radixlm.runtime.api.serving import ApiError
+
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 32 * 1024
 MAX_JSON_DEPTH = 100
@@ -26,11 +28,6 @@ def json_depth(body: bytes) -> int:
     return max(accumulate(1 if c in b"[{" else -1 for c in brackets), default=0)
 
 
-def _error_body(status: int, message: str) -> bytes:
-    kind = "invalid_request_error"
-    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}).encode()
-
-
 class BodyLimits:
     def __init__(self, app, max_bytes: int, max_json_depth: int = MAX_JSON_DEPTH) -> None:
         self.app, self.max_bytes, self.max_depth = app, max_bytes, max_json_depth
@@ -41,6 +38,9 @@ class BodyLimits:
         headers = scope.get("headers") or []
         if len(headers) > MAX_HEADERS or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES:
             return await self._reject(send, 431, f"at most {MAX_HEADERS} headers and {MAX_HEADER_BYTES} bytes of them")
+        declared = dict(headers).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:  # too big by its own account: not even read
+            return await self._reject(send, 413, f"request body over {self.max_bytes} bytes")
         body, more, first = bytearray(), True, None
         while more:
             message = await receive()
@@ -66,7 +66,7 @@ class BodyLimits:
 
     @staticmethod
     async def _reject(send, status: int, message: str) -> None:
-        payload = _error_body(status, message)
+        payload = json.dumps(ApiError(status, message).body()).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                                 (b"connection", b"close")]})
