@@ -106,7 +106,7 @@ def test_sigterm_drains(server_process):
     result: dict = {}
 
     def run():
-        body = {**BODY, "max_tokens": 120, "ignore_eos": True}
+        body = {**BODY, "max_tokens": 600, "ignore_eos": True}
         result["r"] = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=60)
 
     worker = threading.Thread(target=run)
@@ -117,5 +117,5 @@ def test_sigterm_drains(server_process):
     late = httpx.post(f"{srv.url}/v1/completions", json=BODY, timeout=10)
     assert late.status_code == 503 and "draining" in late.json()["error"]["message"]
     worker.join()
-    assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 120
+    assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 600
     assert srv.proc.wait(timeout=20) == 0
