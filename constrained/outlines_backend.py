@@ -116,6 +116,9 @@ class OutlinesBackend:
                 regex = spec.value
             elif spec.kind == "choices":
                 regex = spec.choices_regex()
+            elif spec.kind == "structural_tag":
+                raise ValueError("structural_tag: tool calls and reasoning need the xgrammar backend "
+                                 "(--grammar-backend xgrammar)")
             else:
                 raise ValueError("ebnf: not supported by the outlines backend (regular languages only)")
             return OutlinesGrammar(Index(regex, self.vocab), self.eos_id)

@@ -7,14 +7,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("json_schema", "json_object", "regex", "ebnf", "choices")
+KINDS = ("json_schema", "json_object", "regex", "ebnf", "choices", "structural_tag")
 MAX_SPEC_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
 class ConstraintSpec:
     kind: str
-    value: str  # schema as canonical JSON, regex, EBNF, or JSON list of choices; "" for json_object
+    value: str  # schema as JSON, regex, EBNF, JSON list of choices, structural-tag format as JSON; "" json_object
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -49,6 +49,14 @@ class ConstraintSpec:
         if not options or not all(isinstance(o, str) and o for o in options):
             raise ValueError("choices: must be a non-empty list of non-empty strings")
         return cls("choices", json.dumps(list(options)))
+
+    @classmethod
+    def structural_tag(cls, fmt: dict[str, Any]) -> ConstraintSpec:
+        """An xgrammar structural-tag format (tool calls, reasoning); its json_schema parts get bounded numbers."""
+        if not isinstance(fmt, dict) or "type" not in fmt:
+            raise ValueError("structural_tag: must be a format object with a 'type'")
+        _check_depth(fmt, "structural_tag", limit=96)
+        return cls("structural_tag", json.dumps(fmt))
 
     def choices_regex(self) -> str:
         return "(" + "|".join(re.escape(o) for o in json.loads(self.value)) + ")"

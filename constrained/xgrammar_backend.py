@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from radixlm.constrained.number_bounds import bound_xgrammar_ebnf
@@ -70,6 +74,10 @@ class XGrammarBackend:
                 return self._schema(spec.value)
             if spec.kind == "json_object":  # compact, like json_schema: a small model can drift into whitespace
                 return self._schema('{"type": "object"}', strict_mode=False)
+            if spec.kind == "structural_tag":
+                fmt = bounded_format(spec.schema(), lambda schema: _schema_ebnf(json.dumps(schema), True))
+                return XGrammarGrammar(self.compiler.compile_structural_tag(
+                    json.dumps({"type": "structural_tag", "format": fmt})))
             if spec.kind == "regex":
                 return XGrammarGrammar(self.compiler.compile_regex(spec.value))
             if spec.kind == "choices":
@@ -77,6 +85,19 @@ class XGrammarBackend:
             return XGrammarGrammar(self.compiler.compile_grammar(spec.value))
         except (RuntimeError, TypeError) as e:
             raise ValueError(f"{spec.kind}: cannot compile: {str(e).strip().splitlines()[0][:500]}") from e
+
+
+def bounded_format(fmt: Any, ebnf: Callable[[Any], str]) -> Any:
+    """A structural-tag format with each json_schema part replaced by its EBNF with bounded numbers (the
+    schemas are checked for support first)."""
+    if isinstance(fmt, list):
+        return [bounded_format(f, ebnf) for f in fmt]
+    if not isinstance(fmt, dict):
+        return fmt
+    if fmt.get("type") == "json_schema":
+        check_supported(fmt.get("json_schema"), "xgrammar")
+        return {"type": "grammar", "grammar": ebnf(fmt.get("json_schema"))}
+    return {k: bounded_format(v, ebnf) for k, v in fmt.items()}
 
 
 def _schema_ebnf(schema: str, strict_mode: bool) -> str:

@@ -266,6 +266,8 @@ class ServerConfig:
     port: int = _opt(30000, "HTTP port")
     served_model_name: str | None = _opt(None, "model name in the API; default: the model file's name")
     chat_template: str | None = _opt(None, "a Jinja chat template file that replaces the model's")
+    reasoning_parser: str = _opt("none", "split <think>...</think> into reasoning_content (the chat template "
+                                 "must write the markers)", choices=("none", "deepseek-r1", "qwen3"))
     api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on every route but /health and the "
                                "static pages (one tenant)")
     api_keys_file: str | None = _opt(None, "a file of 'KEY TENANT' lines: each key authenticates as its tenant, "

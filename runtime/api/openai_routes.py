@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from radixlm.constrained.spec import spec_from_response_format
+from radixlm.runtime.api.chat_completions import chat_completions
 from radixlm.runtime.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingExtras
 from radixlm.runtime.api.serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
-from radixlm.runtime.api.tool_stream import ToolCallStream
-from radixlm.runtime.api.tools import (
-    call_arguments,
-    call_schema,
-    check_tool_results,
-    chosen_functions,
-    tool_functions,
-    tools_system_prompt,
-)
 from radixlm.runtime.messages import LogprobOptions
 
 
 def add_routes(app: FastAPI, serving: Serving) -> None:
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest, request: Request):
-        return await chat_completions(serving, req, request)
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        return await chat_completions(serving, req, request, check_model(serving, req.model),
+                                      sampling_from(req, max_tokens))
 
     @app.post("/v1/completions")
     async def text_completions(req: CompletionRequest, request: Request):
@@ -62,106 +54,6 @@ def sampling_from(req: SamplingExtras, max_tokens: int | None) -> dict[str, Any]
     }
 
 
-def chat_prompt(serving: Serving, req: ChatCompletionRequest, functions: dict[str, dict]) -> list[int]:
-    if len(req.messages) > serving.cfg.max_messages:
-        raise ApiError(400, f"at most {serving.cfg.max_messages} messages, got {len(req.messages)}", param="messages")
-    check_tool_results(req.messages)
-    messages = []
-    if functions and req.tool_choice != "none":
-        messages.append({"role": "system", "content": tools_system_prompt(functions)})
-    for i, m in enumerate(req.messages):
-        content = m.content
-        if isinstance(content, list):
-            if any(part.get("type") != "text" for part in content):
-                raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
-            content = "".join(str(part.get("text", "")) for part in content)
-        if m.tool_calls:  # an earlier call, shown to the model the way it is asked to write calls
-            name, args = call_arguments(m.tool_calls[0], f"messages[{i}].tool_calls[0]")
-            content = json.dumps({"name": name, "arguments": args})
-        messages.append({"role": m.role, "content": content or ""})
-    tok = serving.tm.tokenizer
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return tok(text, add_special_tokens=False)["input_ids"]
-
-
-def token_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
-    tok = serving.tm.tokenizer
-    content = []
-    for k, (lp, tid) in enumerate(c.logprobs):
-        s = tok.decode([tid])
-        tops = c.top_logprobs[k] if k < len(c.top_logprobs) else []
-        content.append({"token": s, "logprob": lp, "bytes": list(s.encode()),
-                        "top_logprobs": [{"token": tok.decode([t]), "logprob": v, "bytes": list(tok.decode([t]).encode())}
-                                         for t, v in (tops or [])]})
-    return {"content": content}
-
-
-async def chat_completions(serving: Serving, req: ChatCompletionRequest, request: Request):
-    model = check_model(serving, req.model)
-    functions = tool_functions(req.tools)
-    forced = chosen_functions(functions, req.tool_choice)
-    try:
-        spec = call_schema(forced) if forced else spec_from_response_format(
-            req.response_format.model_dump() if req.response_format else None)
-    except ValueError as e:
-        raise ApiError(400, str(e), param="tools" if forced else "response_format") from e
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    sampling = sampling_from(req, max_tokens)
-    top = req.top_logprobs or 0
-    if top and not req.logprobs:
-        raise ApiError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
-    groups = serving.make_reqs([chat_prompt(serving, req, functions)], sampling,
-                               logprob=LogprobOptions(req.logprobs, -1, top), priority=req.priority, rid=req.rid,
-                               spec=spec, tenant=request.state.tenant, cache_salt=req.cache_salt)
-    rid = f"chatcmpl-{groups[0][0].rid}"
-    tools = functions if req.tool_choice != "none" else {}
-    if req.stream:
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        events = await serving.start_stream([r for g in groups for r in g], request.is_disconnected)
-        return StreamingResponse(chat_stream(serving, groups, events, rid, model, include_usage, req.logprobs, tools),
-                                 media_type="text/event-stream")
-    choices = await serving.run(groups, request.is_disconnected)
-    return {"id": rid, "object": "chat.completion", "created": now(), "model": model,
-            "choices": [chat_choice(serving, c, tools, f"call_{rid}_{c.index}", req.logprobs) for c in choices],
-            "usage": usage(groups, choices)}
-
-
-def chat_choice(serving: Serving, c: Choice, tools: dict, call_id: str, logprobs: bool) -> dict[str, Any]:
-    stream = ToolCallStream(tools, call_id)
-    stream.feed("".join(c.text), finished=True)
-    return {"index": c.index, "message": {"role": "assistant", **stream.result()},
-            "logprobs": token_logprobs(serving, c) if logprobs else None,
-            "finish_reason": "tool_calls" if stream.complete() else finish_reason(c.last)}
-
-
-async def chat_stream(serving, groups, events, rid, model, include_usage, logprobs, tools) -> AsyncIterator[str]:
-    reqs = [r for g in groups for r in g]
-    choices = [Choice(i) for i in range(len(reqs))]
-    base = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model}
-    streams = [ToolCallStream(tools, f"call_{rid}_{c.index}") for c in choices]
-    for c in choices:
-        yield sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
-                                        "logprobs": None, "finish_reason": None}]})
-    try:
-        async for i, u in events:
-            choices[i].add(u)
-            lp = None
-            if logprobs and u.output_logprobs:
-                tmp = Choice(i, logprobs=u.output_logprobs, top_logprobs=u.output_top_logprobs or [])
-                lp = token_logprobs(serving, tmp)
-            deltas = streams[i].feed(u.text, u.finished) or ([{}] if u.finished or lp else [])
-            for k, delta in enumerate(deltas):
-                last = u.finished and k == len(deltas) - 1
-                reason = ("tool_calls" if streams[i].complete() else finish_reason(u)) if last else None
-                yield sse({**base, "choices": [{"index": i, "delta": delta, "logprobs": lp if k == 0 else None,
-                                                "finish_reason": reason}]})
-    except ApiError as e:
-        yield sse(e.body())
-    if include_usage:
-        yield sse({**base, "choices": [], "usage": usage(groups, choices)})
-    yield "data: [DONE]\n\n"
-
-
 def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
     tok = serving.tm.tokenizer
     if isinstance(prompt, str):
@@ -175,6 +67,8 @@ def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
 
 async def completions(serving: Serving, req: CompletionRequest, request: Request):
     model = check_model(serving, req.model)
+    if req.suffix is not None:
+        raise ApiError(400, "suffix: not supported (this server does no fill-in-the-middle)", param="suffix")
     sampling = sampling_from(req, req.max_tokens)
     best_of = check_best_of(req, serving.cfg.max_n)
     if best_of:

@@ -68,7 +68,9 @@ class ChatCompletionRequest(SamplingExtras):
     response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: bool | None = None  # default true: a turn may hold several calls
+    reasoning_effort: str | None = None  # minimal / low / medium / high: a reasoning budget
+    max_reasoning_tokens: int | None = None  # reasoning longer than this is closed (the end marker is forced)
 
 
 class CompletionRequest(SamplingExtras):
@@ -76,6 +78,7 @@ class CompletionRequest(SamplingExtras):
     logprobs: int | None = None
     echo: bool = False
     best_of: int | None = None  # generate best_of, return the n with the highest total logprob
+    suffix: str | None = None  # rejected with a 400 naming it (no fill-in-the-middle)
 
 
 class GenerateRequest(Strict):

@@ -62,6 +62,11 @@ class Serving:
                  tenancy: Tenancy | None = None) -> None:
         self.tm, self.cfg, self.max_context, self.model_name = tm, cfg, max_context, model_name
         self.tenancy = tenancy or Tenancy()
+        from radixlm.runtime.api.chat_prompt import ChatSyntax  # (it imports ApiError from here)
+        from radixlm.runtime.api.reasoning import reasoning_syntax
+
+        template = getattr(tm.tokenizer, "chat_template", None)
+        self.chat = ChatSyntax.of(template, reasoning_syntax(cfg.reasoning_parser, template))
         self.limits = RequestLimits(cfg.max_n, cfg.max_stop, cfg.max_top_logprobs)
 
     # ------------------------------------------------------------ building requests

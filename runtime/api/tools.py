@@ -1,13 +1,19 @@
-"""OpenAI tools: a system prompt that lists them, a JSON-schema constraint for tool_choice required or
-named (so the arguments always validate), and parsing the output back into tool_calls."""
+"""OpenAI tools: checking them and the messages that refer to them, and the grammar of an answer (tool calls
+for tool_choice auto, required or named; a response_format; either after the reasoning)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from radixlm.constrained.spec import ConstraintSpec
+from radixlm.runtime.api.message_stream import Syntax
+from radixlm.runtime.api.reasoning import with_reasoning
 from radixlm.runtime.api.serving import ApiError
+from radixlm.runtime.api.tool_formats import structural_format
+
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 
 
 def tool_functions(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
@@ -17,6 +23,9 @@ def tool_functions(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, An
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise ApiError(400, f"tools[{i}] must be {{'type': 'function', 'function': {{'name', ...}}}}",
                            param="tools")
+        if not NAME.match(fn["name"]) or fn["name"] in out:
+            raise ApiError(400, f"tools[{i}].function.name must be unique, 1-64 of a-z, A-Z, 0-9, _ and -, got "
+                                f"{fn['name']!r}", param="tools")
         check_parameters(fn.get("parameters"), f"tools[{i}].function.parameters")
         out[fn["name"]] = fn
     return out
@@ -76,15 +85,33 @@ def chosen_functions(functions: dict[str, dict], tool_choice: Any) -> dict[str, 
     raise ApiError(400, "tool_choice must be 'none', 'auto', 'required' or a named function", param="tool_choice")
 
 
-def call_schema(functions: dict[str, dict]) -> ConstraintSpec:
-    branches = [{"type": "object", "properties": {"name": {"const": name},
-                                                  "arguments": fn.get("parameters") or {"type": "object"}},
-                 "required": ["name", "arguments"]} for name, fn in functions.items()]
-    return ConstraintSpec.json_schema(branches[0] if len(branches) == 1 else {"anyOf": branches})
+def spec_format(spec: ConstraintSpec) -> dict[str, Any]:
+    """A constraint as a structural-tag format (to follow the reasoning)."""
+    if spec.kind == "json_schema":
+        return {"type": "json_schema", "json_schema": spec.schema()}
+    if spec.kind == "json_object":
+        return {"type": "json_schema", "json_schema": {"type": "object", "additionalProperties": True}}
+    if spec.kind == "regex":
+        return {"type": "regex", "pattern": spec.value}
+    if spec.kind == "choices":
+        return {"type": "regex", "pattern": spec.choices_regex()}
+    if spec.kind == "ebnf":
+        return {"type": "grammar", "grammar": spec.value}
+    return spec.schema()
 
 
-def tools_system_prompt(functions: dict[str, dict]) -> str:
-    listing = "\n".join(json.dumps({"name": n, "description": f.get("description", ""),
-                                    "parameters": f.get("parameters", {})}) for n, f in functions.items())
-    return ("You can call these functions:\n" + listing + "\nTo call one, answer with only a JSON object "
-            '{"name": <function name>, "arguments": <arguments object>}.')
+def chat_constraint(syntax: Syntax, functions: dict[str, dict], tool_choice: Any, parallel: bool,
+                    spec: ConstraintSpec | None, max_reasoning_tokens: int | None) -> ConstraintSpec | None:
+    """The answer's grammar: tool calls (auto: free text until the trigger; required / named: only calls) or
+    ``spec``, after the reasoning when there is one."""
+    forced = chosen_functions(functions, tool_choice)
+    rest: dict[str, Any] | None = None
+    if syntax.tools is not None:
+        rest = structural_format(syntax.tools, forced or functions, forced is not None, parallel)
+    elif spec is not None:
+        if syntax.reasoning is None:
+            return spec
+        rest = spec_format(spec)
+    if syntax.reasoning is not None and (rest is not None or max_reasoning_tokens is not None):
+        rest = with_reasoning(syntax.reasoning, syntax.reasoning_opened, rest, max_reasoning_tokens)
+    return None if rest is None else ConstraintSpec.structural_tag(rest)

@@ -19,6 +19,7 @@ import zmq
 from radixlm.kernels.cpu_info import cpu_description
 from radixlm.runtime.api.app import create_app
 from radixlm.runtime.api.metrics import Metrics
+from radixlm.runtime.api.reasoning import reasoning_syntax
 from radixlm.runtime.api.serving import Serving
 from radixlm.runtime.api.tenancy import Tenancy
 from radixlm.runtime.api.tokenizer_manager import TokenizerManager
@@ -55,6 +56,7 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         if server_cfg.chat_template:
             with open(server_cfg.chat_template) as f:
                 tokenizer.chat_template = f.read()
+        reasoning_syntax(server_cfg.reasoning_parser, tokenizer.chat_template)  # a bad --reasoning-parser fails the startup
         info = _wait_ready(ready, procs, server_cfg.startup_timeout_s, _handshakes(engine_cfg))
         name = server_cfg.served_model_name or os.path.basename(files.path if hasattr(files, "path") else files.folder)
         return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name, tenancy))
