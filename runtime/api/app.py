@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from radixlm.runtime.api import dashboard, native, openai_routes
+from radixlm.runtime.api import dashboard, native, openai_routes, responses_routes
 from radixlm.runtime.api.limits import BodyLimits
 from radixlm.runtime.api.serving import ApiError, Serving
 from radixlm.runtime.api.tokenizer_manager import RequestFailed
@@ -27,6 +27,7 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
     add_error_handlers(app)
     openai_routes.add_routes(app, serving)
     native.add_routes(app, serving)
+    responses_routes.add_routes(app, serving)
     add_admin_routes(app, serving, server_info)
     add_token_routes(app, serving)
     dashboard.add_routes(app, serving, server_info)

@@ -26,18 +26,23 @@ class ChatPlan:
 
     prompt: ChatPrompt
     groups: list[list[GenerateReq]]
-    rid: str
+    rid: str  # the API's id: a prefix and the request's rid
+
+    @property
+    def call_prefix(self) -> str:
+        return f"call_{self.groups[0][0].rid}"
 
 
-def reasoning_budget(serving: Serving, effort: str | None, max_reasoning_tokens: int | None,
-                     where: str = "max_reasoning_tokens") -> int | None:
+def reasoning_budget(serving: Serving, effort: str | None, max_reasoning_tokens: int | None) -> int | None:
+    """The reasoning's token budget (None: unbounded); 400 when the server splits no reasoning."""
     given = "max_reasoning_tokens" if max_reasoning_tokens is not None else ("reasoning_effort" if effort else None)
     if given and serving.chat.reasoning is None:
         raise ApiError(400, f"{given}: this server splits no reasoning (its chat template has no reasoning "
                             "markers, or it was started without --reasoning-parser)", param=given)
     if max_reasoning_tokens is not None:
         if isinstance(max_reasoning_tokens, bool) or max_reasoning_tokens < 0:
-            raise ApiError(400, f"{where} must be >= 0, got {max_reasoning_tokens}", param=where)
+            raise ApiError(400, f"max_reasoning_tokens must be >= 0, got {max_reasoning_tokens}",
+                           param="max_reasoning_tokens")
         return max_reasoning_tokens
     if effort is not None and effort not in EFFORT_BUDGET:
         raise ApiError(400, f"reasoning_effort must be one of {sorted(EFFORT_BUDGET)}, got {effort!r}",
@@ -93,12 +98,8 @@ async def chat_completions(serving: Serving, req: ChatCompletionRequest, request
             "usage": usage(plan.groups, choices)}
 
 
-def call_prefix(plan: ChatPlan, index: int) -> str:
-    return f"call_{plan.rid.split('-', 1)[-1]}_{index}"
-
-
 def chat_choice(serving: Serving, plan: ChatPlan, c: Choice, logprobs: bool) -> dict[str, Any]:
-    stream = MessageStream(plan.prompt.syntax, call_prefix(plan, c.index))
+    stream = MessageStream(plan.prompt.syntax, f"{plan.call_prefix}_{c.index}")
     stream.feed("".join(c.text), finished=True)
     return {"index": c.index, "message": {"role": "assistant", **stream.message()},
             "logprobs": token_logprobs(serving, c) if logprobs else None,
@@ -109,9 +110,11 @@ async def chat_stream(serving: Serving, plan: ChatPlan, events, model: str, incl
                       logprobs: bool) -> AsyncIterator[str]:
     choices = [Choice(i) for i in range(sum(len(g) for g in plan.groups))]
     base = {"id": plan.rid, "object": "chat.completion.chunk", "created": now(), "model": model}
-    streams = [MessageStream(plan.prompt.syntax, call_prefix(plan, c.index)) for c in choices]
+    streams = [MessageStream(plan.prompt.syntax, f"{plan.call_prefix}_{c.index}") for c in choices]
+    # with tools the answer may be calls only (content null, as OpenAI sends it), so no empty content up front
+    first = {"role": "assistant"} if plan.prompt.syntax.tools else {"role": "assistant", "content": ""}
     for c in choices:
-        yield sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
+        yield sse({**base, "choices": [{"index": c.index, "delta": first,
                                         "logprobs": None, "finish_reason": None}]})
     try:
         async for i, u in events:

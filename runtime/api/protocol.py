@@ -94,3 +94,39 @@ class GenerateRequest(Strict):
     rid: str | None = None
     cache_salt: str | None = None
     priority: int = 0
+
+
+class ResponsesRequest(Strict):
+    """OpenAI's Responses API, not stored: each request carries its whole input."""
+
+    model: str | None = None
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
+    reasoning: dict[str, Any] | None = None  # {"effort": ...}
+    max_output_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    store: bool | None = None  # true: 400 (nothing is stored)
+    previous_response_id: str | None = None  # 400: there is no stored response to continue
+    background: bool | None = None
+    include: list[str] | None = None
+    truncation: str | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    # extras
+    seed: int | None = None
+    top_k: int = -1
+    min_p: float = 0.0
+    max_reasoning_tokens: int | None = None
+    priority: int = 0
+    rid: str | None = None
+    cache_salt: str | None = None

@@ -34,9 +34,9 @@ def reasoning_syntax(name: str | None, template: str | None) -> ReasoningSyntax 
     if name not in PARSERS:
         raise ValueError(f"reasoning_parser: unknown {name!r} (one of {sorted(PARSERS)} or none)")
     syntax = PARSERS[name]
-    if syntax.end not in (template or ""):
-        raise ValueError(f"reasoning_parser: {name!r} needs a chat template that writes {syntax.end!r}; this one "
-                         "does not (give --chat-template with one that does)")
+    if syntax.start not in (template or "") and syntax.end not in (template or ""):
+        raise ValueError(f"reasoning_parser: {name!r} needs a chat template that knows {syntax.start!r} and "
+                         f"{syntax.end!r}; this one does not (give --chat-template with one that does)")
     return syntax
 
 

@@ -107,7 +107,8 @@ def chat_constraint(syntax: Syntax, functions: dict[str, dict], tool_choice: Any
     forced = chosen_functions(functions, tool_choice)
     rest: dict[str, Any] | None = None
     if syntax.tools is not None:
-        rest = structural_format(syntax.tools, forced or functions, forced is not None, parallel)
+        named = isinstance(tool_choice, dict)  # a named function is called once, as OpenAI does
+        rest = structural_format(syntax.tools, forced or functions, forced is not None, parallel and not named)
     elif spec is not None:
         if syntax.reasoning is None:
             return spec
