@@ -56,7 +56,8 @@ def test_tool_choice_required_always_yields_valid_calls(client):
     for seed in range(4):
         r = client.chat.completions.create(
             model="default", messages=[{"role": "user", "content": "What's the weather in Oslo?"}],
-            tools=[WEATHER, TIME], tool_choice="required", temperature=1.0, seed=seed, max_tokens=80)
+            tools=[WEATHER, TIME], tool_choice="required", parallel_tool_calls=False, temperature=1.0, seed=seed,
+            max_tokens=80)
         choice = r.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.content is None
         call = choice.message.tool_calls[0]

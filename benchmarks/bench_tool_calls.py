@@ -1,0 +1,132 @@
+"""Sampled tool-call turns at temperature 1 over 10 tool schemas: does every call that starts parse and validate?
+
+    python benchmarks/bench_tool_calls.py [--turns 200] [--url URL] [--out results/FILE.json]
+
+Each turn offers all 10 tools and asks for one of them, with tool_choice cycling through auto, required and
+the named function. Counted per mode: turns that started a call, calls that parse as JSON, calls whose
+arguments validate against their function's schema (jsonschema), turns cut by max_tokens, and turns that
+answered in text (auto only). Without --url it starts `radixlm serve` (the defaults) and stops it after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import jsonschema
+import openai
+from bench_parallel import start, stop
+
+from common import cpu_description
+
+
+def fn(name: str, desc: str, props: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+S = {"type": "string", "maxLength": 24}
+TOOLS = [
+    fn("get_weather", "Weather forecast", {"city": S, "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+       ["city", "days"]),
+    fn("convert_currency", "Convert money", {"amount": {"type": "number"}, "from": {"enum": ["USD", "EUR", "JPY"]},
+                                             "to": {"enum": ["USD", "EUR", "JPY"]}}, ["amount", "from", "to"]),
+    fn("search_web", "Search", {"query": S, "max_results": {"type": "integer", "minimum": 1, "maximum": 10}},
+       ["query"]),
+    fn("send_email", "Send an email", {"to": S, "subject": S, "urgent": {"type": "boolean"}}, ["to", "subject"]),
+    fn("create_event", "Calendar event", {"title": S, "when": {"type": "object", "properties": {
+        "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+        "hour": {"type": "integer", "minimum": 0, "maximum": 23}}, "required": ["date", "hour"]}},
+       ["title", "when"]),
+    fn("add_items", "Shopping list", {"items": {"type": "array", "items": S, "minItems": 1, "maxItems": 5}},
+       ["items"]),
+    fn("set_thermostat", "Temperature", {"celsius": {"type": "number", "minimum": 5, "maximum": 30},
+                                         "room": {"enum": ["kitchen", "bedroom", "office"]}}, ["celsius", "room"]),
+    fn("book_table", "Restaurant booking", {"restaurant": S, "people": {"type": "integer", "minimum": 1,
+                                                                        "maximum": 12}, "note": S},
+       ["restaurant", "people"]),
+    fn("translate", "Translate text", {"text": S, "target": {"type": "string", "enum": ["fr", "de", "ja", "es"]}},
+       ["text", "target"]),
+    fn("rate_movie", "Rate a movie", {"title": S, "stars": {"type": "integer", "minimum": 1, "maximum": 5},
+                                      "tags": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                                               "maxItems": 3}}, ["title", "stars"]),
+]
+ASKS = ["What's the weather in Lima this week?", "Convert 120 euros to yen.", "Search for radix trees.",
+        "Email bob@example.com about the meeting.", "Put lunch with Ann on 2026-12-03 at noon in my calendar.",
+        "Add milk and eggs to my list.", "Make the office 21 degrees.", "Book a table for 4 at Nopa.",
+        "Translate 'good morning' to Japanese.", "Rate Alien five stars."]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+MODES = ("auto", "required", "named")
+
+
+def one_turn(client: openai.OpenAI, k: int) -> dict:
+    mode, name = MODES[k % 3], TOOLS[k % 10]["function"]["name"]
+    choice = {"type": "function", "function": {"name": name}} if mode == "named" else mode
+    r = client.chat.completions.create(model="default", messages=[{"role": "user", "content": ASKS[k % 10]}],
+                                       tools=TOOLS, tool_choice=choice, temperature=1.0, seed=k, max_tokens=160)
+    c = r.choices[0]
+    out = {"mode": mode, "finish": c.finish_reason, "calls": 0, "parsed": 0, "valid": 0, "tokens":
+           r.usage.completion_tokens, "text": not c.message.tool_calls}
+    for call in c.message.tool_calls or []:
+        out["calls"] += 1
+        try:
+            args = json.loads(call.function.arguments)
+        except json.JSONDecodeError:
+            continue
+        out["parsed"] += 1
+        try:
+            jsonschema.validate(args, SCHEMAS[call.function.name])
+            out["valid"] += 1
+        except jsonschema.ValidationError:
+            pass
+    out["cut_calls"] = int(c.finish_reason == "length" and out["calls"] > 0)  # the last call ran out of tokens
+    return out
+
+
+def summarize(turns: list[dict]) -> dict:
+    rows = {}
+    for mode in MODES:
+        mine = [t for t in turns if t["mode"] == mode]
+        rows[mode] = {"turns": len(mine), "turns_with_calls": sum(t["calls"] > 0 for t in mine),
+                      "calls": sum(t["calls"] for t in mine), "cut_calls": sum(t["cut_calls"] for t in mine),
+                      "parsed": sum(t["parsed"] for t in mine),
+                      "valid": sum(t["valid"] for t in mine), "cut_by_max_tokens": sum(t["finish"] == "length"
+                                                                                       for t in mine),
+                      "text_answers": sum(t["text"] for t in mine)}
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--url", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    proc, url = (None, args.url) if args.url else start()
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600)
+        t = time.perf_counter()
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            turns = list(pool.map(lambda k: one_turn(client, k), range(args.turns)))
+        wall = time.perf_counter() - t
+    finally:
+        if proc is not None:
+            stop(proc)
+    rows = summarize(turns)
+    header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M-Instruct, T=1, {args.turns} turns"
+    print(f"\n{header} ({wall:.0f} s)\n| tool_choice | turns | turns with calls | calls | parse | validate | "
+          "cut by max_tokens | text answers |\n|---|---|---|---|---|---|---|---|")
+    for mode, r in rows.items():
+        print(f"| {mode} | {r['turns']} | {r['turns_with_calls']} | {r['calls']} | {r['cut_calls']} | {r['parsed']} | {r['valid']} | "
+              f"{r['cut_by_max_tokens']} | {r['text_answers']} |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"kind": "tool_calls", "header": header, "wall_s": wall, "rows": rows, "turns": turns}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
