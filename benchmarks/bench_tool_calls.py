@@ -2,16 +2,17 @@
 
     python benchmarks/bench_tool_calls.py [--turns 200] [--url URL] [--out results/FILE.json]
 
-Each turn offers all 10 tools and asks for one of them, with tool_choice cycling through auto, required and
-the named function. Counted per mode: turns that started a call, calls that parse as JSON, calls whose
-arguments validate against their function's schema (jsonschema), turns cut by max_tokens, and turns that
-answered in text (auto only). Without --url it starts `radixlm serve` (the defaults) and stops it after.
+Each turn offers all 10 tools and asks for one of them, with tool_choice cycling through auto, auto with a
+logit bias toward the trigger, required and the named function. Counted per mode: turns that started a call,
+calls that parse as JSON, calls whose arguments validate against their function's schema (jsonschema), calls
+and turns cut by max_tokens, and turns that answered in text. Without --url it starts `radixlm serve` (the defaults) and stops it after.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,14 +59,18 @@ ASKS = ["What's the weather in Lima this week?", "Convert 120 euros to yen.", "S
         "Add milk and eggs to my list.", "Make the office 21 degrees.", "Book a table for 4 at Nopa.",
         "Translate 'good morning' to Japanese.", "Rate Alien five stars."]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-MODES = ("auto", "required", "named")
+MODES = ("auto", "auto_biased", "required", "named")
+# auto_biased: auto with logit_bias toward "<" and "tool" (the trigger <tool_call> is < tool _ call > in
+# SmolLM2's vocabulary), so that the 135M model starts calls of its own accord more often
+TRIGGER_BIAS = {"44": 6.0, "19324": 4.0}
 
 
 def one_turn(client: openai.OpenAI, k: int) -> dict:
-    mode, name = MODES[k % 3], TOOLS[k % 10]["function"]["name"]
-    choice = {"type": "function", "function": {"name": name}} if mode == "named" else mode
+    mode, name = MODES[k % len(MODES)], TOOLS[k % 10]["function"]["name"]
+    choice = {"type": "function", "function": {"name": name}} if mode == "named" else mode.removesuffix("_biased")
     r = client.chat.completions.create(model="default", messages=[{"role": "user", "content": ASKS[k % 10]}],
-                                       tools=TOOLS, tool_choice=choice, temperature=1.0, seed=k, max_tokens=160)
+                                       tools=TOOLS, tool_choice=choice, temperature=1.0, seed=k, max_tokens=160,
+                                       logit_bias=TRIGGER_BIAS if mode == "auto_biased" else None)
     c = r.choices[0]
     out = {"mode": mode, "finish": c.finish_reason, "calls": 0, "parsed": 0, "valid": 0, "tokens":
            r.usage.completion_tokens, "text": not c.message.tool_calls}
@@ -103,9 +108,12 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--url", default=None)
+    ap.add_argument("--chat-template", default=None, help="serve with this template (e.g. tests/templates/"
+                    "qwen_tools.jinja, which renders the tools itself)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    proc, url = (None, args.url) if args.url else start()
+    flags = ("--chat-template", os.path.abspath(args.chat_template)) if args.chat_template else ()
+    proc, url = (None, args.url) if args.url else start(*flags)
     try:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600)
         t = time.perf_counter()
@@ -116,9 +124,11 @@ def main() -> None:
         if proc is not None:
             stop(proc)
     rows = summarize(turns)
-    header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M-Instruct, T=1, {args.turns} turns"
-    print(f"\n{header} ({wall:.0f} s)\n| tool_choice | turns | turns with calls | calls | parse | validate | "
-          "cut by max_tokens | text answers |\n|---|---|---|---|---|---|---|---|")
+    template = os.path.basename(args.chat_template) if args.chat_template else "the model's"
+    header = (f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M-Instruct, T=1, {args.turns} "
+              f"turns, template {template}")
+    print(f"\n{header} ({wall:.0f} s)\n| tool_choice | turns | turns with calls | calls | of them cut by max_tokens "
+          "| parse | validate | turns cut by max_tokens | text answers |\n|---|---|---|---|---|---|---|---|---|")
     for mode, r in rows.items():
         print(f"| {mode} | {r['turns']} | {r['turns_with_calls']} | {r['calls']} | {r['cut_calls']} | {r['parsed']} | {r['valid']} | "
               f"{r['cut_by_max_tokens']} | {r['text_answers']} |")
