@@ -98,6 +98,9 @@ def test_routing_text():
 
     assert text("/v1/chat/completions", chat) == "system:S\nuser:hi\n"
     assert text("/v1/completions", {"prompt": ["a", "b"]}) == "a"
+    # a Responses request routes like the chat request it becomes
+    assert text("/v1/responses", {"instructions": "S", "input": [{"role": "user", "content": "hi"}]}) == \
+        text("/v1/responses", {"instructions": "S", "input": "hi"}) == "system:S\nuser:hi\n"
     assert text("/generate", {"text": "t"}) == "t"
     assert text("/generate", {"input_ids": [1, 2]}) == "[1, 2]"
     # tenants (API keys) and salts are kept apart in the router's trees too

@@ -24,7 +24,7 @@ from radixlm.runtime.config import RouterConfig
 from radixlm.runtime.serve.router_policy import RoutingPolicy
 
 log = logging.getLogger("radixlm.router")
-ROUTED = ("/v1/chat/completions", "/v1/completions", "/generate")
+ROUTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate")
 FORWARDED_HEADERS = ("authorization", "content-type")
 WORKER_HEADER = "x-radixlm-worker"
 
@@ -44,6 +44,12 @@ def routing_text(path: str, body: dict[str, Any], authorization: str = "") -> st
 
 
 def _prompt_text(path: str, body: dict[str, Any]) -> str:
+    if path == "/v1/responses":
+        items = body.get("input")
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+        body = {"messages": [{"role": "system", "content": body.get("instructions")}] * bool(body.get("instructions"))
+                + [m for m in items or [] if isinstance(m, dict)]}
+        path = "/v1/chat/completions"
     if path == "/v1/chat/completions":
         parts = []
         for m in body.get("messages") or []:
