@@ -143,7 +143,9 @@ def test_responses_create_and_stream(client):
 def test_responses_unsupported_are_400(server):
     for body, param in [({"store": True}, "store"), ({"previous_response_id": "resp_1"}, "previous_response_id"),
                         ({"tools": [{"type": "web_search"}]}, "tools"), ({"include": ["x"]}, "include"),
-                        ({"input": [{"type": "image", "url": "x"}]}, "input"), ({"frequency": 1}, "frequency")]:
+                        ({"input": [{"type": "image", "url": "x"}]}, "input"), ({"frequency": 1}, "frequency"),
+                        ({"text": {"verbosity": "low"}}, "text"), ({"reasoning": {"x": 1}}, "reasoning"),
+                        ({"reasoning": {"effort": "low"}}, "reasoning")]:
         r = httpx.post(f"{server.url}/v1/responses", json={"input": "hi", **body}, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
 

@@ -33,9 +33,10 @@ class ChatPlan:
         return f"call_{self.groups[0][0].rid}"
 
 
-def reasoning_budget(serving: Serving, effort: str | None, max_reasoning_tokens: int | None) -> int | None:
+def reasoning_budget(serving: Serving, effort: str | None, max_reasoning_tokens: int | None,
+                     effort_param: str = "reasoning_effort") -> int | None:
     """The reasoning's token budget (None: unbounded); 400 when the server splits no reasoning."""
-    given = "max_reasoning_tokens" if max_reasoning_tokens is not None else ("reasoning_effort" if effort else None)
+    given = "max_reasoning_tokens" if max_reasoning_tokens is not None else (effort_param if effort else None)
     if given and serving.chat.reasoning is None:
         raise ApiError(400, f"{given}: this server splits no reasoning (its chat template has no reasoning "
                             "markers, or it was started without --reasoning-parser)", param=given)
@@ -45,8 +46,8 @@ def reasoning_budget(serving: Serving, effort: str | None, max_reasoning_tokens:
                            param="max_reasoning_tokens")
         return max_reasoning_tokens
     if effort is not None and effort not in EFFORT_BUDGET:
-        raise ApiError(400, f"reasoning_effort must be one of {sorted(EFFORT_BUDGET)}, got {effort!r}",
-                       param="reasoning_effort")
+        raise ApiError(400, f"{effort_param} must be one of {sorted(EFFORT_BUDGET)}, got {effort!r}",
+                       param=effort_param)
     return EFFORT_BUDGET.get(effort) if effort else None
 
 

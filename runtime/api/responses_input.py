@@ -24,6 +24,10 @@ def check_unsupported(req: ResponsesRequest) -> None:
         raise ApiError(400, f"include: not supported ({req.include})", param="include")
     if req.truncation not in (None, "disabled"):
         raise ApiError(400, "truncation: only 'disabled' (a prompt over the context is a 400)", param="truncation")
+    for field, allowed in (("text", {"format"}), ("reasoning", {"effort", "summary"})):
+        extra = sorted(set(getattr(req, field) or {}) - allowed)
+        if extra:
+            raise ApiError(400, f"{field}.{extra[0]}: not supported", param=field)
 
 
 def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

@@ -108,7 +108,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
 async def create_response(serving: Serving, req: ResponsesRequest, request: Request):
     model = check_model(serving, req.model)
     check_unsupported(req)
-    budget = reasoning_budget(serving, (req.reasoning or {}).get("effort"), req.max_reasoning_tokens)
+    budget = reasoning_budget(serving, (req.reasoning or {}).get("effort"), req.max_reasoning_tokens, "reasoning")
     sampling = {"max_new_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
                 "top_k": req.top_k, "min_p": req.min_p, "seed": req.seed}
     plan = plan_chat(serving, req, chat_messages(req), chat_tools(req.tools), chat_tool_choice(req.tool_choice),
