@@ -122,13 +122,13 @@ def _section(text: str, i: int, finished: bool, syntax: Syntax, calls: list[Call
         state, i = _one_call(text, i, finished, syntax, calls)
         if state != "match":
             return _unmatched(state, finished, calls, first)
-        nxt = fmt.separator + (fmt.call_open or fmt.trigger if not fmt.section_open else "")
+        # another call: the separator, then (when each call carries its own wrapper) that call's opening
+        following = fmt.separator + ("" if fmt.section_open else fmt.call_open or fmt.trigger)
         rest = text[i:]
-        if rest.startswith(fmt.separator) and (fmt.section_open or rest[len(fmt.separator):].startswith(
-                fmt.call_open or fmt.trigger)):
+        if rest.startswith(following):
             i += len(fmt.separator)
             continue
-        if not finished and nxt.startswith(rest) and rest:
+        if rest and following.startswith(rest) and not finished:
             return "partial", 0
         if fmt.section_close:
             state, end = _literal(text, i, fmt.section_close)
