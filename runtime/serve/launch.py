@@ -49,14 +49,14 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     procs: list[multiprocessing.Process] = []
     try:
         tenancy = Tenancy.from_config(server_cfg.api_key, server_cfg.api_keys_file, server_cfg.cache_sharing)
+        ready = pull(ctx, paths.ready)
+        procs = _spawn(engine_cfg, server_cfg, paths)  # first: the model loads while the tokenizer does
         files = open_model(engine_cfg.load.model)
         tokenizer = files.load_tokenizer()
         if server_cfg.chat_template:
             with open(server_cfg.chat_template) as f:
                 tokenizer.chat_template = f.read()
-        reasoning_syntax(server_cfg.reasoning_parser, tokenizer.chat_template)  # fails before any process starts
-        ready = pull(ctx, paths.ready)
-        procs = _spawn(engine_cfg, server_cfg, paths)
+        reasoning_syntax(server_cfg.reasoning_parser, tokenizer.chat_template)  # a bad one fails the startup
         info = _wait_ready(ready, procs, server_cfg.startup_timeout_s, _handshakes(engine_cfg))
         name = server_cfg.served_model_name or os.path.basename(files.path if hasattr(files, "path") else files.folder)
         return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name, tenancy))
