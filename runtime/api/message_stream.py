@@ -158,8 +158,10 @@ def _one_call(text: str, i: int, finished: bool, syntax: Syntax, calls: list[Cal
         return ("no", 0) if "\\" in text[j:] else ("prefix", 0)
     name = text[j:close]
     state, j = _literal(text, close, '"' + fmt.object_open(name)[len('{"name": ') + len(json.dumps(name)):])
-    if state != "match" or name not in syntax.functions:
-        return ("no", 0) if state == "no" or name not in syntax.functions else (state, 0)
+    if name not in syntax.functions:
+        return "no", 0
+    if state != "match":
+        return state, 0
     end = value_end(text, j)
     if end is None:
         calls.append(Call(name, text[j:], False))

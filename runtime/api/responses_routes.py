@@ -36,43 +36,43 @@ class ResponseItems:
         self.items: list[dict[str, Any]] = []
         self.by_key: dict[Any, int] = {}
 
-    def _open(self, key: Any, item: dict[str, Any]) -> tuple[int, list[dict]]:
+    def _open(self, key: Any, item: dict[str, Any], events: list[dict[str, Any]]) -> int:
+        """The item for ``key``, added (with its added events appended to ``events``) the first time."""
         if key in self.by_key:
-            return self.by_key[key], []
+            return self.by_key[key]
         idx = len(self.items)
         self.items.append(item)
         self.by_key[key] = idx
-        events = [{"type": "response.output_item.added", "output_index": idx, "item": dict(item, content=[])
-                   if "content" in item else dict(item)}]
+        events.append({"type": "response.output_item.added", "output_index": idx, "item": dict(item, content=[])
+                       if "content" in item else dict(item)})
         if item["type"] in ("message", "reasoning"):
             part = {"type": "output_text", "text": "", "annotations": []} if item["type"] == "message" \
                 else {"type": "reasoning_text", "text": ""}
             events.append({"type": "response.content_part.added", "item_id": item["id"], "output_index": idx,
                            "content_index": 0, "part": part})
-        return idx, events
+        return idx
 
     def feed(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if "reasoning_content" in delta:
-            idx, events = self._open("reasoning", {"type": "reasoning", "id": f"rs_{self.rid}", "summary": [],
-                                                   "content": [{"type": "reasoning_text", "text": ""}],
-                                                   "status": "in_progress"})
+            idx = self._open("reasoning", {"type": "reasoning", "id": f"rs_{self.rid}", "summary": [],
+                                           "content": [{"type": "reasoning_text", "text": ""}],
+                                           "status": "in_progress"}, events)
             self.items[idx]["content"][0]["text"] += delta["reasoning_content"]
             events.append({"type": "response.reasoning_text.delta", "item_id": f"rs_{self.rid}",
                            "output_index": idx, "content_index": 0, "delta": delta["reasoning_content"]})
         if "content" in delta:
-            idx, events = self._open("message", {"type": "message", "id": f"msg_{self.rid}", "role": "assistant",
-                                                 "status": "in_progress", "content": [
-                                                     {"type": "output_text", "text": "", "annotations": []}]})
+            idx = self._open("message", {"type": "message", "id": f"msg_{self.rid}", "role": "assistant",
+                                         "status": "in_progress",
+                                         "content": [{"type": "output_text", "text": "", "annotations": []}]}, events)
             self.items[idx]["content"][0]["text"] += delta["content"]
             events.append({"type": "response.output_text.delta", "item_id": f"msg_{self.rid}", "output_index": idx,
                            "content_index": 0, "delta": delta["content"], "logprobs": []})
         for tc in delta.get("tool_calls", []):
             key = ("call", tc["index"])
             if "id" in tc:
-                idx, events = self._open(key, {"type": "function_call", "id": f"fc_{tc['id']}",
-                                               "call_id": tc["id"], "name": tc["function"]["name"],
-                                               "arguments": "", "status": "in_progress"})
+                self._open(key, {"type": "function_call", "id": f"fc_{tc['id']}", "call_id": tc["id"],
+                                 "name": tc["function"]["name"], "arguments": "", "status": "in_progress"}, events)
             idx = self.by_key[key]
             if tc["function"]["arguments"]:
                 self.items[idx]["arguments"] += tc["function"]["arguments"]
