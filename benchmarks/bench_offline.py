@@ -85,7 +85,7 @@ def main() -> None:
 
 
 def _default_path() -> str:
-    from radixlm.runtime.model.loader import default_model_path
+    from radixlm.runtime.model.sources import default_model_path
 
     return default_model_path()
 

@@ -102,7 +102,7 @@ def write(path: str, size: str, qtype: str, source, seed: int = 0) -> None:
 def main() -> None:
     import gguf
 
-    from radixlm.runtime.model.loader import default_model_path
+    from radixlm.runtime.model.sources import default_model_path
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=list(SHAPES), choices=list(SHAPES))

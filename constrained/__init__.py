@@ -1,8 +1,20 @@
-"""radixlm.constrained: grammar-constrained decoding (JSON schema, regex, EBNF, choices) over two backends."""
+"""radixlm.constrained: grammar-constrained decoding (JSON schema, regex, EBNF, choices) over two backends.
 
-from radixlm.constrained.base import Grammar, GrammarBackend, Matcher
-from radixlm.constrained.grammar_cache import GrammarCache, make_backend
-from radixlm.constrained.spec import ConstraintSpec, spec_from_response_format, spec_from_sampling
+The names below load lazily: ``radixlm.constrained.spec`` (what IPC messages carry) must not pull in torch,
+so that the processes which only move messages (the detokenizer, the API) start without it.
+"""
 
-__all__ = ["ConstraintSpec", "Grammar", "GrammarBackend", "GrammarCache", "Matcher", "make_backend",
-           "spec_from_response_format", "spec_from_sampling"]
+from __future__ import annotations
+
+import importlib
+
+_HOMES = {"Grammar": "base", "GrammarBackend": "base", "Matcher": "base", "GrammarCache": "grammar_cache",
+          "make_backend": "grammar_cache", "ConstraintSpec": "spec", "spec_from_response_format": "spec",
+          "spec_from_sampling": "spec"}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'radixlm.constrained' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"radixlm.constrained.{_HOMES[name]}"), name)

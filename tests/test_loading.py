@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.model import loader as model_files
+from radixlm.runtime.model import sources as model_files
 from radixlm.runtime.model.loader import open_model
 
 
@@ -36,6 +36,30 @@ def test_truncated_and_garbage_gguf(tmp_path, smol_files):
         open_model(str(tmp_path / "junk.gguf"))
 
 
+def test_header_reader_agrees_with_the_gguf_package(smol_files, tmp_path):
+    """radixlm's one-pass header reader sees the metadata and tensor bytes that gguf.GGUFReader sees."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(smol_files.path)
+    header = smol_files.header
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):  # the reader's own entries for the file's preamble
+            continue
+        if key in header.array_lengths:
+            assert header.array_lengths[key] == len(field.data), key
+        if header.meta[key] is not None:  # long string arrays keep only their length
+            assert header.meta[key] == field.contents(), key
+    assert [t.name for t in header.tensors] == [t.name for t in reader.tensors]
+    for ours, theirs in zip(header.tensors, reader.tensors, strict=True):
+        assert (ours.tensor_type, ours.offset) == (theirs.tensor_type, theirs.data_offset), ours.name
+        assert np.array_equal(header.data(ours), np.asarray(theirs.data).view(np.uint8).reshape(-1)), ours.name
+    with open(smol_files.path, "rb") as f:  # a file cut inside the tensor data, past the header
+        (tmp_path / "short.gguf").write_bytes(f.read(header.tensors[-1].offset + 10))
+    with pytest.raises(ValueError, match="runs past the end of the file"):
+        open_model(str(tmp_path / "short.gguf"))
+
+
 def test_missing_default_package_says_how_to_install(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -50,3 +74,17 @@ def test_gguf_config_and_dequantized_weights(smol_files):
     assert cfg.tie_word_embeddings and cfg.eos_token_ids == (2,)
     name, w = next(iter(smol_files.weights(torch.bfloat16)))
     assert name == "model.embed_tokens.weight" and w.dtype == torch.bfloat16 and w.shape == (49152, 576)
+
+
+def test_the_api_and_detokenizer_processes_start_without_torch():
+    """The API process and the detokenizer only tokenize: their modules, and finding the model and its
+    tokenizer, import no torch (three processes importing it at once made every server start slower)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import radixlm.runtime.serve.launch, radixlm.runtime.serve.detokenizer_process; "
+            "from radixlm.runtime.model.tokenizer_files import load_tokenizer; load_tokenizer(None); "
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

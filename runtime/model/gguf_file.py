@@ -1,12 +1,8 @@
-"""GGUF files through the `gguf` package: metadata -> ModelConfig, tensors -> HF-named float weights."""
+"""GGUF files: metadata -> ModelConfig, tensors -> HF-named float weights (dequantized by the `gguf` package)."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -14,6 +10,9 @@ import numpy as np
 import torch
 
 from radixlm.runtime.config import ModelConfig
+from radixlm.runtime.model.gguf_header import GGUFHeader
+from radixlm.runtime.model.sources import ModelSource
+from radixlm.runtime.model.tokenizer_files import load_tokenizer
 
 # GGUF architecture -> HF architecture, and whether llama.cpp permuted Q/K rows for its rotary layout.
 _ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM", True),
@@ -83,12 +82,10 @@ class GGUFModel:
     """An open GGUF file: its config, its tensors (dequantized lazily) and its tokenizer."""
 
     def __init__(self, path: str) -> None:
-        import gguf
-
         self.path = path
         try:
-            self.reader = gguf.GGUFReader(path)
-            self.meta = {k: _field_value(f) for k, f in self.reader.fields.items()
+            self.header = GGUFHeader(path)
+            self.meta = {k: v for k, v in self.header.meta.items()
                          if not k.startswith("tokenizer.ggml.") or k.endswith("_token_id")}
             self.config = self._config()
         except (ValueError, KeyError, IndexError, OSError, EOFError) as e:
@@ -101,8 +98,8 @@ class GGUFModel:
         m, a = self.meta, arch
         heads = int(m[f"{a}.attention.head_count"])
         hidden = int(m[f"{a}.embedding_length"])
-        names = {t.name for t in self.reader.tensors}
-        vocab = m.get(f"{a}.vocab_size") or len(self.reader.fields["tokenizer.ggml.tokens"].data)
+        names = {t.name for t in self.header.tensors}
+        vocab = m.get(f"{a}.vocab_size") or self.header.array_lengths["tokenizer.ggml.tokens"]
         scaling = None
         if m.get(f"{a}.rope.scaling.type") == "linear":
             scaling = {"rope_type": "linear", "factor": float(m[f"{a}.rope.scaling.factor"])}
@@ -120,11 +117,11 @@ class GGUFModel:
         )
 
     def num_tensors(self) -> int:
-        return len(self.reader.tensors)
+        return len(self.header.tensors)
 
     def layer_types(self) -> frozenset[str]:
         """The GGUF types of the decoder layers' linear weights (attention and MLP projections)."""
-        return frozenset(t.tensor_type.name for t in self.reader.tensors if LAYER_WEIGHT.fullmatch(t.name))
+        return frozenset(t.tensor_type.name for t in self.header.tensors if LAYER_WEIGHT.fullmatch(t.name))
 
     def weights(self, dtype: torch.dtype, int4_blocks: bool = False) -> Iterator[tuple[str, torch.Tensor | Int4Blocks]]:
         """Yield (HF name, tensor) pairs, dequantized, or with ``int4_blocks`` the Q4_0 / Q4_1 linear weights as
@@ -133,16 +130,16 @@ class GGUFModel:
         import gguf
 
         cfg, permuted = self.config, _ARCHES[self.meta["general.architecture"]][1]
-        for t in self.reader.tensors:
-            qtype = t.tensor_type.name
+        for t in self.header.tensors:
+            qtype, raw = t.tensor_type.name, self.header.data(t)
             if qtype not in _DEQUANTIZABLE:
                 raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
             name = _hf_name(t.name)
             shape = [int(d) for d in reversed(t.shape)]
             if int4_blocks and qtype in ("Q4_0", "Q4_1") and BLOCK_WEIGHT.fullmatch(t.name):
-                w = Int4Blocks.from_gguf(np.asarray(t.data), qtype, shape)
+                w = Int4Blocks.from_gguf(raw, qtype, shape)
             else:
-                data = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+                data = np.asarray(gguf.quants.dequantize(raw, t.tensor_type), dtype=np.float32)
                 if not data.flags.writeable:  # F32 tensors come back as views of the read-only memory map
                     data = data.copy()
                 w = torch.from_numpy(data.reshape(shape)).to(dtype)
@@ -153,50 +150,7 @@ class GGUFModel:
             yield name, w
 
     def load_tokenizer(self):
-        """transformers' tokenizer for the file; its conversion from GGUF metadata is slow (15 s for SmolLM2 on
-        2 cores), so the result is kept in the cache folder (cache_dir()) keyed by the file and transformers."""
-        from transformers import AutoTokenizer
-
-        cached = os.path.join(cache_dir(), "tokenizers", self._tokenizer_key())
-        if os.path.isfile(os.path.join(cached, "tokenizer.json")):
-            return AutoTokenizer.from_pretrained(cached)
-        folder, name = os.path.split(self.path)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        _save_atomically(tokenizer, cached)
-        return tokenizer
-
-    def _tokenizer_key(self) -> str:
-        import transformers
-
-        st = os.stat(self.path)
-        ident = f"{os.path.abspath(self.path)}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}"
-        return hashlib.sha256(ident.encode()).hexdigest()[:24]
-
-
-def cache_dir() -> str:
-    """radixlm's cache folder: $RADIXLM_CACHE_DIR, else ~/.cache/radixlm."""
-    return os.environ.get("RADIXLM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "radixlm")
-
-
-def _save_atomically(tokenizer, folder: str) -> None:
-    """save_pretrained into a fresh folder beside ``folder``, then renamed to it: processes loading at once
-    never see a half-written one. Without a writable cache (or when another process won) nothing is kept."""
-    tmp = None
-    try:
-        os.makedirs(os.path.dirname(folder), exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=os.path.dirname(folder))
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, folder)
-    except OSError:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _field_value(field):
-    try:
-        return field.contents()
-    except Exception:  # a field type the installed gguf cannot render: keep going without it
-        return None
+        return load_tokenizer(ModelSource("gguf", self.path))
 
 
 def _hf_name(name: str) -> str:

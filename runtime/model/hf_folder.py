@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import torch
 
 from radixlm.runtime.config import SUPPORTED_ARCHITECTURES, ModelConfig
+from radixlm.runtime.model.sources import ModelSource
+from radixlm.runtime.model.tokenizer_files import load_tokenizer
 
 
 class HFModel:
@@ -48,9 +50,7 @@ class HFModel:
                 raise ValueError(f"model: corrupt safetensors file {path}: {e}") from e
 
     def load_tokenizer(self):
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(self.folder)
+        return load_tokenizer(ModelSource("hf", self.folder))
 
 
 def config_from_hf(raw: dict) -> ModelConfig:

