@@ -1,0 +1,113 @@
+"""Where a decode step's time goes: the forward pass (decoder layers, LM head, the rest) against the
+scheduler's own CPU work around it (scheduling and KV slots, the batch tensors, sampling, stop checks).
+
+    python benchmarks/bench_step_overhead.py [--batch 1 8] [--steps 128] [--out benchmarks/results/FILE.json]
+
+The Engine's defaults on the embedded SmolLM2, greedy, ``ignore_eos``; each batch size in a process of its
+own. The parts are timed by wrapping the functions the scheduler calls on this engine's objects (nothing in
+the package is changed); ``step`` is the whole ``Scheduler.step``, so ``step - forward`` is the scheduler's
+share, the CPU work that a forward pass on another core could hide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import functools
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import cpu_description, text_of_tokens  # noqa: E402
+
+PARTS = ("step", "forward", "layers", "lm_head", "schedule", "batch", "sample", "append")
+
+
+def _wrap(owner, name: str, key: str, totals: dict) -> None:
+    """Replace owner.name by a wrapper that adds its wall time to totals[key]."""
+    fn = getattr(owner, name)
+
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            totals[key] += time.perf_counter() - t
+
+    setattr(owner, name, timed)
+
+
+def measure(batch: int, steps: int, prompt_len: int) -> dict:
+    import torch
+
+    from radixlm.runtime import scheduler as scheduler_module
+    from radixlm.runtime.engine import Engine
+
+    engine = Engine(progress=False)
+    sched, totals = engine.scheduler, defaultdict(float)
+    _wrap(sched, "step", "step", totals)
+    _wrap(sched, "forward", "forward", totals)  # the runner's forward, as the scheduler calls it
+    _wrap(sched, "_schedule_decode", "schedule", totals)
+    _wrap(scheduler_module, "make_decode_batch", "batch", totals)
+    _wrap(scheduler_module, "sample", "sample", totals)
+    _wrap(scheduler_module, "append_token", "append", totals)
+    _wrap(engine.model.lm_head, "logits", "lm_head", totals)
+    if engine.runner.fused is not None:
+        _wrap(torch.ops.radixlm_cpu, "decoder_layer", "layers", totals)
+    prompts = [text_of_tokens(engine.tokenizer, prompt_len, seed=i) for i in range(batch)]
+    params = {"temperature": 0, "max_new_tokens": steps + 16, "ignore_eos": True}
+    engine.submit(engine.build(input_ids=prompts, sampling_params=params))
+    while sched.chunked or sched.waiting or len(sched.running) < batch:  # prefill, not measured
+        sched.step()
+    for _ in range(8):  # warm-up decode steps
+        sched.step()
+    totals.clear()
+    start = time.perf_counter()
+    for _ in range(steps):
+        sched.step()
+    wall = time.perf_counter() - start
+    ms = {k: totals[k] / steps * 1e3 for k in PARTS}
+    ms["other_forward"] = ms["forward"] - ms["layers"] - ms["lm_head"]
+    ms["scheduler"] = ms["step"] - ms["forward"]
+    return {"batch": batch, "steps": steps, "tok_s": batch * steps / wall, "ms_per_step": ms,
+            "scheduler_share": ms["scheduler"] / ms["step"], "threads": torch.get_num_threads(),
+            "kernels": engine.runner.fused is not None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    results = []
+    ctx = multiprocessing.get_context("spawn")
+    for b in args.batch:  # a fresh process each: no state carried between batch sizes
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+            results.append(pool.submit(measure, b, args.steps, args.prompt_len).result())
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Engine defaults, "
+          f"{args.steps} decode steps after a {args.prompt_len}-token prompt")
+    print("| batch | tok/s | step ms | forward ms (layers / LM head / rest) | scheduler ms (schedule / batch / "
+          "sample / append / rest) | scheduler share |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        m = r["ms_per_step"]
+        rest = m["scheduler"] - m["schedule"] - m["batch"] - m["sample"] - m["append"]
+        print(f"| {r['batch']} | {r['tok_s']:.1f} | {m['step']:.2f} | {m['forward']:.2f} ({m['layers']:.2f} / "
+              f"{m['lm_head']:.2f} / {m['other_forward']:.2f}) | {m['scheduler']:.3f} ({m['schedule']:.3f} / "
+              f"{m['batch']:.3f} / {m['sample']:.3f} / {m['append']:.3f} / {rest:.3f}) | "
+              f"{r['scheduler_share']:.1%} |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "results": results},
+                      f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
