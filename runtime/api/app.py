@@ -37,22 +37,39 @@ def create_app(serving: Serving, server_info: dict[str, Any]) -> FastAPI:
 def add_guard(app: FastAPI, serving: Serving) -> None:
     """Every request: the API key (not /health, nor the static pages, which hold no data and ask for the key
     themselves), and 503 once the server is dying. Body size, headers and JSON depth: limits.BodyLimits."""
-    tm, tenancy = serving.tm, serving.tenancy
-    public = dashboard.PUBLIC_PATHS | {"/health"}
+    app.add_middleware(Guard, serving=serving)
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
+
+class Guard:
+    """A plain ASGI middleware, not ``@app.middleware("http")``: that form (Starlette's BaseHTTPMiddleware)
+    passes every chunk of a streamed response through a memory stream between two tasks, per token."""
+
+    def __init__(self, app, serving: Serving) -> None:
+        self.app, self.tm, self.tenancy = app, serving.tm, serving.tenancy
+        self.public = dashboard.PUBLIC_PATHS | {"/health"}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        error = self._check(Request(scope))
+        if error is not None:
+            return await error_response(error)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    def _check(self, request: Request) -> ApiError | None:
+        """Sets request.state.tenant (the scope's state, which the routes' requests share)."""
+        path, tm, tenancy = request.url.path, self.tm, self.tenancy
         request.state.tenant = None
-        if tenancy.required and request.url.path not in public:
+        if tenancy.required and path not in self.public:
             request.state.tenant = tenancy.authenticate(request.headers.get("authorization", ""))
             if request.state.tenant is None:
-                return error_response(ApiError(401, "invalid or missing API key", code="invalid_api_key",
-                                               err_type="authentication_error"))
-        if tm.dead and request.url.path not in ("/metrics",):
-            return error_response(ApiError(503, tm.dead, err_type="server_error"))
-        if tm.draining and request.url.path in ("/health", "/health_generate"):
-            return error_response(ApiError(503, "the server is shutting down (draining)", err_type="server_error"))
-        return await call_next(request)
+                return ApiError(401, "invalid or missing API key", code="invalid_api_key",
+                                err_type="authentication_error")
+        if tm.dead and path not in ("/metrics",):
+            return ApiError(503, tm.dead, err_type="server_error")
+        if tm.draining and path in ("/health", "/health_generate"):
+            return ApiError(503, "the server is shutting down (draining)", err_type="server_error")
+        return None
 
 
 def add_error_handlers(app: FastAPI) -> None:
