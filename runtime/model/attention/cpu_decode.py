@@ -22,9 +22,9 @@ from radixlm.kernels import cpu_decode_attention as native_kernel
 from radixlm.runtime.kv.pool import KVPool
 
 MIN_SHARED = 32  # shorter shared prefixes are not worth a separate pass
-# Without shared prefixes and up to this many padded keys per head (B * Ls), one fused SDPA call beats the
-# matmul / softmax / matmul chain, whose tiny bmm calls cost ~20 us each on the CPU (measured, bf16: 23 vs
-# 110 us at 1 x 100 keys, 88 vs 153 at 8 x 100, even at 8 x 300, slower beyond).
+# Without shared prefixes and up to this many padded keys per head (B * Ls), one fused SDPA call beat the
+# matmul / softmax / matmul chain of tiny bmm calls when measured on the CPU (bf16, 1-8 requests of 100-300
+# keys); beyond it the chain wins.
 SDPA_MAX_KEYS = 2400
 
 
@@ -49,8 +49,12 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int], is
     each request's whole slot row, shared prefix included, so no prefix groups are formed for it: a
     request's attention then never depends on the batch it is in."""
     lens = torch.tensor(seq_lens)
-    slots = table[rows, : int(lens.max())]  # [B, Lmax]
-    groups = prefix_groups(slots, lens) if isa is None else []
+    longest = max(seq_lens)
+    slots = table[rows, :longest]  # [B, Lmax]
+    if isa is not None:  # each request's own slot row, unpadded for the kernel: idx is the rows themselves
+        mask = None if min(seq_lens) == longest else (torch.arange(longest) < lens.unsqueeze(1))[None, :, None, :]
+        return DecodeMeta(slots.reshape(-1), longest, mask, [], None, native_args(lens, None, None))
+    groups = prefix_groups(slots, lens)
     start = torch.zeros_like(lens)
     for group in groups:
         start[group.members] = group.slots.numel()
@@ -60,8 +64,7 @@ def plan_decode(table: torch.Tensor, rows: torch.Tensor, seq_lens: list[int], is
     idx = slots.gather(1, pos.clamp(max=slots.shape[1] - 1))
     mask = None if bool(mask.all()) else mask[None, :, None, :]
     bias = additive_bias(mask) if groups and mask is not None else None
-    args = native_args(lens, None, None) if isa is not None else None
-    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias, args)
+    return DecodeMeta(idx.reshape(-1), suffix_len, mask, groups, bias)
 
 
 def prefix_groups(slots: torch.Tensor, lens: torch.Tensor) -> list[PrefixGroup]:
