@@ -12,7 +12,7 @@ from radixlm.runtime.engine import Engine
 
 pytestmark = pytest.mark.slow
 LENGTHS = [5, 17, 60, 150, 300, 600, 1000, 1500]
-NEW_TOKENS = 64
+NEW_TOKENS = 32
 TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
         "movable metal type, oil-based inks and a wooden press adapted from wine making. Within decades, "
         "printing shops spread across Europe, books became cheaper, literacy rose, and new ideas in science, "

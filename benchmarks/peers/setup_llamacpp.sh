@@ -26,7 +26,8 @@ cmake -S "$TREE" -B "$TREE/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -D
 cmake --build "$TREE/build" --target llama-server llama-bench -j "$(nproc)"
 ln -sf "$TREE/build/bin/llama-server" "$DIR/llama-server"
 ln -sf "$TREE/build/bin/llama-bench" "$DIR/llama-bench"
-echo "llama.cpp: $DIR/llama-server, $DIR/llama-bench (native: $(grep -m1 -o 'avx512[a-z_]*\|avx2' /proc/cpuinfo | head -1))"
+ISA=$(grep -m1 -o -w 'avx512f\|avx2' <(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | sort -r) || true)
+echo "llama.cpp: $DIR/llama-server, $DIR/llama-bench (native: ${ISA:-neither avx2 nor avx512})"
 if [ "$PYTHON_SERVER" = 1 ]; then
   python3 -m venv "$DIR/llama"
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$DIR/llama/bin/pip" install -q "llama-cpp-python[server]==$VER"
