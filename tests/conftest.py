@@ -146,6 +146,16 @@ def server_process():
 
 
 @pytest.fixture(scope="session")
+def shared_server():
+    """One long-lived `radixlm serve --check-invariants` for the modules whose tests leave the server as they
+    found it (agents, lang, constrained serving, lifecycle, reliability): it serves all their workloads one
+    after another, as a real server would, and must still exit cleanly."""
+    srv = ServerProcess("--check-invariants", "--max-queued-requests", "400")
+    yield srv
+    assert srv.stop() == 0
+
+
+@pytest.fixture(scope="session")
 def smol_model_default(smol_files):
     """The embedded model as plain ``Engine()`` runs it: bfloat16 with the file's int4 layers (quantized by the
     first engine built on it, with ``quantization="int4"``), shared by the slow tests."""

@@ -26,10 +26,8 @@ ASK = [{"role": "user", "content": "What is the weather in Oslo for 3 days, and 
 
 
 @pytest.fixture(scope="module")
-def server(server_process):
-    srv = server_process()
-    yield srv
-    assert srv.stop() == 0
+def server(shared_server):
+    return shared_server
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,8 @@ FEW_SHOT = "".join(f"Q: What is {a} plus {a}?\nA: {2 * a}\n" for a in range(1, 3
 
 
 @pytest.fixture(scope="module")
-def server(server_process):
-    srv = server_process()
-    yield srv
-    assert srv.stop() == 0
+def server(shared_server):
+    return shared_server
 
 
 @pytest.fixture(scope="module", params=["runtime", "engine"])

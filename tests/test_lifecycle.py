@@ -18,10 +18,8 @@ BODY = {"model": "default", "prompt": "Count to ten:", "max_tokens": 4, "tempera
 
 
 @pytest.fixture(scope="module")
-def server(server_process):
-    srv = server_process("--check-invariants")
-    yield srv
-    assert srv.stop() == 0
+def server(shared_server):
+    return shared_server
 
 
 def raw_request(port: int, head: bytes, chunks) -> bytes:

@@ -25,10 +25,8 @@ SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"typ
 
 
 @pytest.fixture(scope="module")
-def server(server_process):
-    srv = server_process("--check-invariants", "--max-queued-requests", "400")
-    yield srv
-    assert srv.stop() == 0
+def server(shared_server):
+    return shared_server
 
 
 async def one(client, url, i, rng):

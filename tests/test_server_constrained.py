@@ -20,10 +20,8 @@ TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
 
 
 @pytest.fixture(scope="module")
-def server(server_process):
-    srv = server_process()
-    yield srv
-    assert srv.stop() == 0
+def server(shared_server):
+    return shared_server
 
 
 @pytest.fixture(scope="module")
