@@ -1,0 +1,80 @@
+"""CPU time each server process spends per streamed token: what the API process and the detokenizer take
+from the two cores the scheduler's forward pass runs on.
+
+    python benchmarks/bench_stream_cpu.py [--tokens 256] [--out benchmarks/results/FILE.json]
+
+Plain `radixlm serve`, one greedy chat stream (``ignore_eos``) after a warm-up one; each process's user +
+system CPU time over the stream (psutil), divided by the tokens, beside the stream's rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import httpx
+import psutil
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import cpu_description  # noqa: E402
+
+PORT = 31556
+URL = f"http://127.0.0.1:{PORT}"
+
+
+def stream(tokens: int) -> float:
+    body = {"messages": [{"role": "user", "content": "Tell me a long story about a dragon."}], "max_tokens": tokens,
+            "temperature": 0, "ignore_eos": True, "stream": True}
+    start = time.perf_counter()
+    with httpx.stream("POST", f"{URL}/v1/chat/completions", json=body, timeout=300) as r:
+        for _ in r.iter_lines():
+            pass
+    return time.perf_counter() - start
+
+
+def processes(server: psutil.Process) -> dict[str, psutil.Process]:
+    """The server's processes by role (multiprocessing's resource tracker left out)."""
+    roles = {"api": server}
+    sched = httpx.get(f"{URL}/server_info", timeout=5).json()["scheduler_pid"]
+    for child in server.children():
+        if "resource_tracker" not in " ".join(child.cmdline()):
+            roles["scheduler" if child.pid == sched else "detokenizer"] = child
+    return roles
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    proc = psutil.Popen([sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(PORT)],
+                        stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
+    try:
+        while True:
+            try:
+                if httpx.get(f"{URL}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        roles = processes(proc)
+        stream(16)
+        before = {k: sum(p.cpu_times()[:4]) for k, p in roles.items()}
+        wall = stream(args.tokens)
+        ms = {k: (sum(p.cpu_times()[:4]) - before[k]) / args.tokens * 1e3 for k, p in roles.items()}
+    finally:
+        proc.terminate()
+        proc.wait()
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}: one stream of {args.tokens} tokens at "
+          f"{args.tokens / wall:.1f} tok/s; CPU ms per token: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "tokens": args.tokens,
+                       "tok_s": args.tokens / wall, "cpu_ms_per_token": ms}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
