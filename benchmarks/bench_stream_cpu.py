@@ -19,7 +19,7 @@ import httpx
 import psutil
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description  # noqa: E402
+from common import cpu_description, wait_healthy  # noqa: E402
 
 PORT = 31556
 URL = f"http://127.0.0.1:{PORT}"
@@ -53,12 +53,7 @@ def main() -> None:
     proc = psutil.Popen([sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(PORT)],
                         stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
     try:
-        while True:
-            try:
-                if httpx.get(f"{URL}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(proc, URL)
         roles = processes(proc)
         stream(16)
         before = {k: sum(p.cpu_times()[:4]) for k, p in roles.items()}

