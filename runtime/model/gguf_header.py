@@ -1,9 +1,10 @@
 """A GGUF file's header read in one pass: its metadata and tensor table, tensor data as memory-mapped views.
 
 ``gguf.GGUFReader`` builds a numpy view for every part of every field, the 49,152 tokens and 48,900 merges
-of SmolLM2's vocabulary included, in each of a server's three processes at once. Serving needs the scalars and the tensor table only, so this reader decodes scalars and small arrays, records the
-length of large string arrays and steps over them (the tokenizer is rebuilt from the file by transformers,
-once, and cached). The format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (little-endian).
+of SmolLM2's vocabulary included, in each of a server's three processes at once. Serving needs the
+scalars and the tensor table only, so this reader decodes scalars and small arrays, records the length of
+large string arrays and steps over them (the tokenizer is rebuilt from the file by transformers, once, and
+cached). The format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (little-endian).
 """
 
 from __future__ import annotations
