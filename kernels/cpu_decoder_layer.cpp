@@ -1,22 +1,22 @@
-// One Llama decoder layer as one op, from radixlm's CPU kernels, for the quantized models on the CPU: eager
-// decode ran ~25 torch ops a layer (several hundred a token, each with Python and dispatch around it),
-// which cost more than the matmuls themselves. Here a layer is one call; the kernels it runs are the ops
-// of cpu_matmul, cpu_decode_attention and cpu_norm_act, plus the rotary embedding and KV store of
+// A Llama model's decoder layers as one C++ object, from radixlm's CPU kernels, for the quantized models on
+// the CPU: eager decode ran ~25 torch ops a layer (several hundred a token, each with Python and dispatch
+// around it), which cost more than the matmuls themselves. torch.classes.radixlm_cpu.FusedLayers takes the
+// weights and KV pools once; its run() is one call per batch for all layers. The kernels it runs are the
+// ops of cpu_matmul, cpu_decode_attention and cpu_norm_act, plus the rotary embedding and KV store of
 // cpu_rope_body.h. Python reference: runtime/model/llama.py (the same math with torch's ops).
 //
-// x [T, H] (the previous layer's output: the embeddings before the first, with residual zeros), overwritten
-// by this layer's output and returned; residual [T, H] updated in place; workspace a uint8 tensor the op
-// grows to what its buffers need (kept by the caller across calls);
-// weights: norm1 [H], qkv (data, scales, mins), qkv bias (or empty), o (3), norm2 [H], gate_up (3), down (3)
-// in cpu_matmul's int4 (bits 4: codes, d, mn or empty), int8 (bits 8: q, s, unused) or dense (bits 16:
-// tiles, unused, unused) layouts; cos, sin [T, D / 2] float32;
-// k_cache, v_cache one layer's head-major pools [Hkv, S, D]; loc [T] slots of the new tokens. Attention:
-// decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the requests'
-// slot rows [R, L], lens = seq_lens [R], ext_lens [R].
+// Weights: 15 per layer, norm1 [H], qkv (data, scales, mins), qkv bias (or empty), o (3), norm2 [H],
+// gate_up (3), down (3) in cpu_matmul's int4 (bits 4: codes, d, mn or empty), int8 (bits 8: q, s, unused)
+// or dense (bits 16: tiles, unused, unused) layouts; k_caches, v_caches the layers' head-major pools
+// [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
+// residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens.
+// Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
+// requests' slot rows [R, L], lens = seq_lens [R], ext_lens [R].
 #include "cpu_isa.h"
 #include "cpu_ops.h"
 
 #include <omp.h>
+#include <torch/custom_class.h>
 
 #include <array>
 #include <iterator>
@@ -48,10 +48,9 @@ void rope_store_range(const at::Tensor& qkv, const at::Tensor& cos, const at::Te
   });
 }
 
-void check_layer(const at::Tensor& x, const at::Tensor& residual, at::TensorList w, int64_t bits, const at::Tensor& cos,
+void check_layer(const at::Tensor& x, const at::Tensor& residual, int64_t bits, const at::Tensor& cos,
                  const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& loc,
                  int64_t num_heads) {
-  TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights, "weights: expected ", kWeights, " tensors, got ", w.size());
   TORCH_CHECK(bits == 4 || bits == 8 || bits == 16, "bits must be 4, 8 or 16 (dense), got ", bits);
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && residual.sizes() == x.sizes() && residual.is_contiguous() &&
               residual.scalar_type() == x.scalar_type() && x.size(1) % 64 == 0,
@@ -68,8 +67,6 @@ void check_layer(const at::Tensor& x, const at::Tensor& residual, at::TensorList
               cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.is_contiguous(),
               "cos and sin must be contiguous float32 [T, D / 2]");
   TORCH_CHECK(loc.numel() == t && loc.scalar_type() == at::kLong && loc.is_contiguous(), "loc must be int64 [T]");
-  TORCH_CHECK(w[0].sizes() == w[8].sizes() && w[0].numel() == x.size(1) && w[0].scalar_type() == x.scalar_type(),
-              "norm weights must be [H] in x's dtype");
 }
 
 // The part [b, e) of count items that thread `tid` of `nt` takes.
@@ -78,32 +75,43 @@ std::pair<int64_t, int64_t> share(int64_t count, int tid, int nt) {
   return {b, std::min(count, b + per)};
 }
 
-}  // namespace
+// One layer's weights (views of the op's list, 15 per layer).
+struct LayerWeights {
+  const at::Tensor &norm1, &bias, &norm2;
+  QuantWeightRef qkv, o, gate_up, down;
+};
 
-// One parallel region for the whole layer: its phases are split over the threads with a barrier between
-// them (a region started per phase cost more than several of its kernels at batch 1).
-at::Tensor decoder_layer(at::Tensor& x, at::Tensor& residual, at::TensorList w, int64_t bits, double eps,
-                         const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache, at::Tensor& v_cache,
-                         const at::Tensor& loc, const at::Tensor& rows, const at::Tensor& lens,
-                         const at::Tensor& ext_lens, int64_t num_heads, at::Tensor& workspace, int64_t isa) {
-  check_isa(isa);
-  check_layer(x, residual, w, bits, cos, sin, k_cache, v_cache, loc, num_heads);
-  TORCH_CHECK(workspace.dim() == 1 && workspace.scalar_type() == at::kByte, "workspace must be a uint8 vector");
-  const QuantWeightRef qkv_w{bits, w[1], w[2], w[3]}, o_w{bits, w[5], w[6], w[7]}, gu_w{bits, w[9], w[10], w[11]},
-      down_w{bits, w[12], w[13], w[14]};
-  for (const QuantWeightRef* wt : {&qkv_w, &o_w, &gu_w, &down_w}) {
+LayerWeights layer_weights(const std::vector<at::Tensor>& w, int64_t layer, int64_t bits) {
+  const at::Tensor* l = w.data() + layer * kWeights;
+  return {l[0], l[4], l[8], {bits, l[1], l[2], l[3]}, {bits, l[5], l[6], l[7]}, {bits, l[9], l[10], l[11]},
+          {bits, l[12], l[13], l[14]}};
+}
+
+// hidden and dtype: the model's (its pools' dtype is the activations')
+void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType dtype, int64_t num_heads, int64_t hkv,
+                         int64_t d) {
+  for (const QuantWeightRef* wt : {&lw.qkv, &lw.o, &lw.gate_up, &lw.down}) {
     check_weight(*wt);
-    TORCH_CHECK(bits != 16 || wt->data.scalar_type() == x.scalar_type(), "dense weights must be in x's dtype");
+    TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
   }
-  const int64_t t = x.size(0), hidden = x.size(1), d = k_cache.size(2);
-  TORCH_CHECK(qkv_w.k() == hidden && qkv_w.n() == (num_heads + 2 * k_cache.size(0)) * d && o_w.k() == num_heads * d &&
-              o_w.n() == hidden && gu_w.k() == hidden && down_w.n() == hidden && down_w.k() * 2 == gu_w.n(),
-              "weights: shapes disagree with the model");
-  // every buffer of the layer in one workspace, grown when a batch needs more; out is x itself (x is read
-  // in the first phase only)
-  const int64_t elem = x.element_size(), qkv_n = qkv_w.n(), q_n = num_heads * d, inter = down_w.k();
+  TORCH_CHECK(lw.norm1.sizes() == lw.norm2.sizes() && lw.norm1.numel() == hidden && lw.norm1.scalar_type() == dtype,
+              "norm weights must be [H] in the pools' dtype");
+  TORCH_CHECK(lw.qkv.k() == hidden && lw.qkv.n() == (num_heads + 2 * hkv) * d && lw.o.k() == num_heads * d &&
+              lw.o.n() == hidden && lw.gate_up.k() == hidden && lw.down.n() == hidden &&
+              lw.down.k() * 2 == lw.gate_up.n(), "weights: shapes disagree with the model");
+}
+
+// The buffers every layer of one call reuses, carved from the workspace (grown when a batch needs more).
+struct LayerBuffers {
+  at::Tensor h, qkv, q, attn, o, h2, gu, act;  // [T, H], [T, qkv_n], [T, Hq, D], [T, Hq D], [T, H] x2, ...
+  Activations xh, xattn, xh2, xact;            // the matmuls' prepared inputs
+};
+
+LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, const LayerWeights& lw, int64_t num_heads, int64_t d) {
+  const int64_t t = x.size(0), hidden = x.size(1), elem = x.element_size(), bits = lw.qkv.bits;
+  const int64_t qkv_n = lw.qkv.n(), q_n = num_heads * d, inter = lw.down.k();
   const int64_t sizes[] = {t * hidden * elem, t * qkv_n * elem, t * q_n * elem, t * q_n * elem, t * hidden * elem,
-                           t * hidden * elem, t * gu_w.n() * elem, t * inter * elem, Activations::bytes(t, hidden, bits),
+                           t * hidden * elem, t * 2 * inter * elem, t * inter * elem, Activations::bytes(t, hidden, bits),
                            Activations::bytes(t, q_n, bits), Activations::bytes(t, hidden, bits),
                            Activations::bytes(t, inter, bits)};
   int64_t total = 64;
@@ -117,67 +125,129 @@ at::Tensor decoder_layer(at::Tensor& x, at::Tensor& residual, at::TensorList w, 
   }
   const auto opts = x.options();
   auto view = [&](int i, at::IntArrayRef shape) { return at::from_blob(buf[i], shape, opts); };
-  at::Tensor h = view(0, {t, hidden}), qkv = view(1, {t, qkv_n}), q = view(2, {t, num_heads, d});
-  at::Tensor attn = view(3, {t, q_n}), o = view(4, {t, hidden}), h2 = view(5, {t, hidden});
-  at::Tensor gu = view(6, {t, gu_w.n()}), act = view(7, {t, inter});
-  at::Tensor out = x;
-  const Activations xh = Activations::at(buf[8], t, hidden, bits), xattn = Activations::at(buf[9], t, q_n, bits);
-  const Activations xh2 = Activations::at(buf[10], t, hidden, bits), xact = Activations::at(buf[11], t, inter, bits);
-  const bool decode = ext_lens.numel() == 0;
-  const std::vector<AttentionTask> tasks = decode ? decode_tasks(q, k_cache, rows, lens, at::Tensor(), at::Tensor())
-                                                  : extend_tasks(q, k_cache, rows, lens, ext_lens);
-  const bool has_bias = w[4].numel() > 0;
-#pragma omp parallel num_threads(at::get_num_threads())
-  {
-    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    Scratch scratch;
-    auto [r0, r1] = share(t, tid, nt);
-    auto tiles = [&](const QuantWeightRef& wt, const Activations& xq, at::Tensor& y) {
-      auto [b, e] = share(wt.n() / 16, tid, nt);
-      if (b < e) linear_tiles(wt, xq, b, e, y, isa);
-    };
-    if (r0 < r1) {
-      rms_norm_range(x, &residual, w[0], eps, r0, r1, h, isa);
-      prepare_range(h, r0, r1, xh, bits, isa);
-    }
-#pragma omp barrier
-    tiles(qkv_w, xh, qkv);
-#pragma omp barrier
-    if (r0 < r1) {
-      if (has_bias) qkv.narrow(0, r0, r1 - r0).add_(w[4]);
-      rope_store_range(qkv, cos, sin, k_cache, v_cache, loc, r0, r1, q, isa);
-    }
-#pragma omp barrier
-    auto [a0, a1] = share(static_cast<int64_t>(tasks.size()), tid, nt);
-    if (a0 < a1) run_attention(tasks, q, k_cache, v_cache, attn, a0, a1, scratch, isa);
-#pragma omp barrier
-    if (r0 < r1) prepare_range(attn, r0, r1, xattn, bits, isa);
-#pragma omp barrier
-    tiles(o_w, xattn, o);
-#pragma omp barrier
-    if (r0 < r1) {
-      rms_norm_range(o, &residual, w[8], eps, r0, r1, h2, isa);
-      prepare_range(h2, r0, r1, xh2, bits, isa);
-    }
-#pragma omp barrier
-    tiles(gu_w, xh2, gu);
-#pragma omp barrier
-    if (r0 < r1) {
-      silu_mul_range(gu, r0, r1, act, isa);
-      prepare_range(act, r0, r1, xact, bits, isa);
-    }
-#pragma omp barrier
-    tiles(down_w, xact, out);
-  }
-  return out;
+  return {view(0, {t, hidden}), view(1, {t, qkv_n}), view(2, {t, num_heads, d}), view(3, {t, q_n}),
+          view(4, {t, hidden}), view(5, {t, hidden}), view(6, {t, 2 * inter}), view(7, {t, inter}),
+          Activations::at(buf[8], t, hidden, bits), Activations::at(buf[9], t, q_n, bits),
+          Activations::at(buf[10], t, hidden, bits), Activations::at(buf[11], t, inter, bits)};
 }
+
+// What one call's layers share: the batch's inputs and the attention tasks (the same slots in every layer).
+struct LayerCall {
+  at::Tensor &x, &residual;
+  double eps;
+  const at::Tensor &cos, &sin, &loc;
+  const std::vector<AttentionTask>& tasks;
+  int64_t isa;
+};
+
+// One layer, run by thread tid of nt inside the caller's parallel region: its phases split over the threads
+// with a barrier between them. x [T, H] is read in the first phase and overwritten by the last.
+void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cache, at::Tensor& v_cache,
+                  LayerBuffers& b, int tid, int nt, Scratch& scratch) {
+  const int64_t bits = lw.qkv.bits;
+  auto [r0, r1] = share(c.x.size(0), tid, nt);
+  auto tiles = [&](const QuantWeightRef& wt, const Activations& xq, at::Tensor& y) {
+    auto [t0, t1] = share(wt.n() / 16, tid, nt);
+    if (t0 < t1) linear_tiles(wt, xq, t0, t1, y, c.isa);
+  };
+  if (r0 < r1) {
+    rms_norm_range(c.x, &c.residual, lw.norm1, c.eps, r0, r1, b.h, c.isa);
+    prepare_range(b.h, r0, r1, b.xh, bits, c.isa);
+  }
+#pragma omp barrier
+  tiles(lw.qkv, b.xh, b.qkv);
+#pragma omp barrier
+  if (r0 < r1) {
+    if (lw.bias.numel() > 0) b.qkv.narrow(0, r0, r1 - r0).add_(lw.bias);
+    rope_store_range(b.qkv, c.cos, c.sin, k_cache, v_cache, c.loc, r0, r1, b.q, c.isa);
+  }
+#pragma omp barrier
+  auto [a0, a1] = share(static_cast<int64_t>(c.tasks.size()), tid, nt);
+  if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
+#pragma omp barrier
+  if (r0 < r1) prepare_range(b.attn, r0, r1, b.xattn, bits, c.isa);
+#pragma omp barrier
+  tiles(lw.o, b.xattn, b.o);
+#pragma omp barrier
+  if (r0 < r1) {
+    rms_norm_range(b.o, &c.residual, lw.norm2, c.eps, r0, r1, b.h2, c.isa);
+    prepare_range(b.h2, r0, r1, b.xh2, bits, c.isa);
+  }
+#pragma omp barrier
+  tiles(lw.gate_up, b.xh2, b.gu);
+#pragma omp barrier
+  if (r0 < r1) {
+    silu_mul_range(b.gu, r0, r1, b.act, c.isa);
+    prepare_range(b.act, r0, r1, b.xact, bits, c.isa);
+  }
+#pragma omp barrier
+  tiles(lw.down, b.xact, c.x);
+}
+
+}  // namespace
+
+// A model's layers, given once (weights and pools), run by one call per batch in one parallel region with
+// a barrier between layers: converting the ~450 weight tensors of a call from Python and a region and a
+// call per layer cost more than several of a layer's kernels at batch 1.
+class FusedLayers : public torch::CustomClassHolder {
+ public:
+  FusedLayers(std::vector<at::Tensor> weights, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
+              int64_t bits, double eps, int64_t num_heads)
+      : w_(std::move(weights)), k_(std::move(k_caches)), v_(std::move(v_caches)), bits_(bits), eps_(eps),
+        num_heads_(num_heads), workspace_(at::empty({0}, at::kByte)) {
+    const int64_t layers = static_cast<int64_t>(k_.size());
+    TORCH_CHECK(bits == 4 || bits == 8 || bits == 16, "bits must be 4, 8 or 16 (dense), got ", bits);
+    TORCH_CHECK(layers >= 1 && static_cast<int64_t>(w_.size()) == kWeights * layers && v_.size() == k_.size(),
+                "weights: expected ", kWeights, " tensors per layer for ", layers, " layers, got ", w_.size());
+    for (int64_t i = 0; i < layers; ++i) {
+      TORCH_CHECK(k_[i].dim() == 3 && k_[i].sizes() == k_[0].sizes() && v_[i].sizes() == k_[0].sizes() &&
+                  k_[i].scalar_type() == k_[0].scalar_type() && v_[i].scalar_type() == k_[0].scalar_type(),
+                  "every layer's pools must be [Hkv, S, D] of one shape and dtype");
+      check_layer_weights(layer_weights(w_, i, bits), w_[0].numel(), k_[0].scalar_type(), num_heads, k_[0].size(0),
+                          k_[0].size(2));
+    }
+  }
+
+  // x [T, H] the embeddings, residual [T, H] zeros; the first num_layers layers -> x, their output
+  at::Tensor run(at::Tensor x, at::Tensor residual, at::Tensor cos, at::Tensor sin, at::Tensor loc, at::Tensor rows,
+                 at::Tensor lens, at::Tensor ext_lens, int64_t num_layers, int64_t isa) {
+    check_isa(isa);
+    TORCH_CHECK(num_layers >= 1 && num_layers <= static_cast<int64_t>(k_.size()), "num_layers must be 1-",
+                k_.size(), ", got ", num_layers);
+    check_layer(x, residual, bits_, cos, sin, k_[0], v_[0], loc, num_heads_);
+    TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
+    LayerBuffers buffers = carve(workspace_, x, layer_weights(w_, 0, bits_), num_heads_, k_[0].size(2));
+    const std::vector<AttentionTask> tasks =
+        ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], rows, lens, at::Tensor(), at::Tensor())
+                              : extend_tasks(buffers.q, k_[0], rows, lens, ext_lens);
+    const LayerCall call{x, residual, eps_, cos, sin, loc, tasks, isa};
+#pragma omp parallel num_threads(at::get_num_threads())
+    {
+      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      Scratch scratch;
+      for (int64_t i = 0; i < num_layers; ++i) {
+        if (i > 0) {
+#pragma omp barrier
+        }
+        layer_phases(call, layer_weights(w_, i, bits_), k_[i], v_[i], buffers, tid, nt, scratch);
+      }
+    }
+    return x;
+  }
+
+ private:
+  std::vector<at::Tensor> w_, k_, v_;  // 15 weights per layer; the layers' K and V pools
+  int64_t bits_;
+  double eps_;
+  int64_t num_heads_;
+  at::Tensor workspace_;  // the layers' buffers (carve), grown to the largest batch
+};
 
 }  // namespace radixlm_cpu
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
-  m.def("decoder_layer(Tensor(a!) x, Tensor(b!) residual, Tensor[] weights, int bits, float eps, Tensor cos, "
-        "Tensor sin, Tensor(c!) k_cache, Tensor(d!) v_cache, Tensor loc, Tensor rows, Tensor lens, Tensor ext_lens, "
-        "int num_heads, Tensor(e!) workspace, int isa) -> Tensor(a!)");
+  m.class_<radixlm_cpu::FusedLayers>("FusedLayers")
+      .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, int64_t, double,
+                       int64_t>())
+      .def("run", &radixlm_cpu::FusedLayers::run);
 }
-
-TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) { m.impl("decoder_layer", &radixlm_cpu::decoder_layer); }

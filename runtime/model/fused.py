@@ -1,10 +1,11 @@
-"""A quantized model's CPU forward as one C++ op per decoder layer (kernels/cpu_decoder_layer.cpp).
+"""A quantized model's CPU forward with its decoder layers as one C++ object (kernels/cpu_decoder_layer.cpp).
 
 Eager decode with torch's ops runs ~25 ops a layer, each with Python and dispatch around it, which cost
 more than the int4 matmuls themselves; a compiled graph removes that at the price of a compile at startup.
-The fused layer removes it without one: a decode step is the embedding, one call per layer, the final norm
-and the LM head. Every kernel in it gives a row the same bits whatever the batch, so the model's output for
-a request does not depend on the requests batched with it, nor on whether its prefix came from the cache.
+The fused layers remove it without one: a decode step is the embedding, one call for the layers, the
+final norm and the LM head. Every kernel in it gives a row the same bits whatever the batch, so the model's
+output for a request does not depend on the requests batched with it, nor on whether its prefix came from
+the cache.
 
 It takes models whose linear layers all run on radixlm's matmul kernels (int4, int8 or the dense bfloat16
 tiles, one kind) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every
@@ -45,11 +46,9 @@ class FusedLayers:
     def __init__(self, model: LlamaForCausalLM, bits: int, k_buffer: list[torch.Tensor], v_buffer: list[torch.Tensor],
                  isa: int) -> None:
         self.model, self.bits, self.isa = model, bits, isa
-        self.k_buffer, self.v_buffer = k_buffer, v_buffer
-        self.eps = model.cfg.rms_norm_eps
-        self.num_heads = model.layers[0].self_attn.num_heads
-        self.weights = [self._layer_weights(layer) for layer in model.layers]
-        self.workspace = torch.empty(0, dtype=torch.uint8)  # the op's buffers, grown to the largest batch
+        weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 15 per layer
+        self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, k_buffer, v_buffer, bits, model.cfg.rms_norm_eps,
+                                                            model.layers[0].self_attn.num_heads)
 
     def _layer_weights(self, layer) -> list[torch.Tensor]:
         """The op's 15 weights: norm1, qkv (3), qkv bias, o (3), norm2, gate_up (3), down (3)."""
@@ -72,10 +71,8 @@ class FusedLayers:
         residual = torch.zeros_like(x)
         cos, sin = model.rotary.cos[batch.positions], model.rotary.sin[batch.positions]  # [T, D / 2] float32
         rows, lens, ext = self._attention_args(batch)
-        op = torch.ops.radixlm_cpu.decoder_layer
-        for i, weights in enumerate(self.weights[: batch.num_layers]):
-            x = op(x, residual, weights, self.bits, self.eps, cos, sin, self.k_buffer[i], self.v_buffer[i],
-                   batch.out_cache_loc, rows, lens, ext, self.num_heads, self.workspace, self.isa)
+        n = len(model.layers) if batch.num_layers is None else batch.num_layers
+        x = self.layers.run(x, residual, cos, sin, batch.out_cache_loc, rows, lens, ext, n, self.isa)
         x, residual = x[batch.logit_rows], residual[batch.logit_rows]
         x, _ = model.norm(x, residual)
         return model.lm_head.logits(x)
