@@ -1,12 +1,14 @@
 """Each Triton kernel against its torch reference, over dtypes, head dims, page sizes and pool layouts.
 
-Run in a subprocess: ``TRITON_INTERPRET=1 python kernel_checks.py NAME cpu`` on the CPU (Triton's
-interpreter), or ``python kernel_checks.py NAME cuda`` natively. Prints "ok NAME" when every case passes.
+Run in a subprocess: ``TRITON_INTERPRET=1 python kernel_checks.py NAME[,NAME...] cpu`` on the CPU (Triton's
+interpreter), or ``python kernel_checks.py NAME cuda`` natively. Prints "ok NAME" for each check whose every
+case passes, "FAILED NAME" and its traceback (on stderr) for the others, and exits nonzero if one failed.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 
 import torch
 
@@ -196,7 +198,21 @@ CHECKS = {"engine": check_engine, "store_kv": check_store_kv, "rmsnorm": check_r
           "extend_attention": check_extend_attention, "decode_attention": check_decode_attention,
           "attention_invariance": check_attention_invariance}
 
+
+
+def main(names: list[str], device: str) -> int:
+    """Each check in turn (one process: torch and Triton imported once); the number that failed."""
+    failed = 0
+    for name in names:
+        try:
+            CHECKS[name](device)
+            print(f"ok {name}", flush=True)
+        except Exception:
+            failed += 1
+            print(f"FAILED {name}", flush=True)
+            print(f"--- {name}\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+    return failed
+
+
 if __name__ == "__main__":
-    name, device = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu"
-    CHECKS[name](device)
-    print(f"ok {name}")
+    sys.exit(1 if main(sys.argv[1].split(","), sys.argv[2] if len(sys.argv) > 2 else "cpu") else 0)

@@ -64,23 +64,29 @@ KERNEL_CHECKS = ["store_kv", "rmsnorm", "rotary", "extend_attention", "decode_at
                  "engine"]
 
 
-def run_check(name: str, device: str, interpret: bool) -> subprocess.CompletedProcess:
+def run_check(names: list[str], device: str, interpret: bool) -> subprocess.CompletedProcess:
     env = {**os.environ, **({"TRITON_INTERPRET": "1"} if interpret else {})}
-    return subprocess.run([sys.executable, "kernel_checks.py", name, device], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=os.path.dirname(__file__))
+    return subprocess.run([sys.executable, "kernel_checks.py", ",".join(names), device], env=env,
+                          capture_output=True, text=True, timeout=900, cwd=os.path.dirname(__file__))
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    """Every check in one interpreter process (each in its own process spent more on importing torch and
+    Triton than on some checks)."""
+    pytest.importorskip("triton")
+    return run_check(KERNEL_CHECKS, "cpu", interpret=True)
 
 
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
-def test_triton_kernel_under_interpreter(name):
+def test_triton_kernel_under_interpreter(interpreted, name):
     """Every kernel against its torch reference on the CPU (fp32/fp16/bf16, head dims 64/128, page sizes
     1 and 4, both pool layouts); "engine" runs the Triton backend end to end against the torch backend."""
-    pytest.importorskip("triton")
-    out = run_check(name, "cpu", interpret=True)
-    assert out.returncode == 0 and f"ok {name}" in out.stdout, out.stderr[-3000:]
+    assert f"ok {name}\n" in interpreted.stdout, interpreted.stderr.partition(f"--- {name}\n")[2][-3000:]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
 def test_triton_kernel_on_cuda(name):
-    out = run_check(name, "cuda", interpret=False)
+    out = run_check([name], "cuda", interpret=False)
     assert out.returncode == 0 and f"ok {name}" in out.stdout, out.stderr[-3000:]
