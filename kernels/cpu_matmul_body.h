@@ -6,7 +6,8 @@
 // depends on the other rows of x.
 
 constexpr int kBlock = 64;
-constexpr int kPrefetch = 8;  // groups of 32 ahead (256 bytes of int4 codes each)
+constexpr int kPrefetch = 8;   // groups of 32 ahead (256 bytes of int4 codes each)
+constexpr int kPrefetch8 = 4;  // int8 blocks of 64 ahead (1 KB each)
 
 // x rows [r0, r1) quantized per 64-block: q int8, a = max|x| / 127 per block, s = sum(q) per group of 32,
 // t = a * s per group (int4's minimum term).
@@ -87,6 +88,7 @@ void int8_tile(const int8_t* q, const float* s, int64_t n, int64_t tile, const Q
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   for (int64_t b = 0; b < nb; ++b) {
+    for (int line = 0; line < 16; ++line) prefetch(wt + (b + kPrefetch8) * 16 * 64 + 64 * line);
     I16 ip[MT];
     dot_int8_block<MT>(wt + b * 16 * 64, xs + b * kBlock, k, ip);
     for (int i = 0; i < MT; ++i) {
