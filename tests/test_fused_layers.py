@@ -84,3 +84,29 @@ def test_a_request_is_the_same_alone_batched_cached_or_chunked():
     hit = run(cached, [target], start)[0]
     assert hit["meta_info"]["cached_tokens"] >= len(prefix) and scores(hit) == alone
     assert scores(run(engine(chunked_prefill_size=7), [target], start)[0]) == alone
+
+
+def test_the_layers_object_refuses_what_does_not_fit():
+    """The C++ object takes the weights once and checks them then; a call with a bad layer count or shape is
+    an error that names it, and the engine still answers afterwards."""
+    e = engine()
+    fused = e.runner.fused
+    weights = [w for layer in e.model.layers for w in fused._layer_weights(layer)]
+    pools = e.runner.pool
+    make = torch.classes.radixlm_cpu.FusedLayers
+    with pytest.raises(RuntimeError, match="tensors per layer"):
+        make(weights[:-1], pools.k_buffer, pools.v_buffer, fused.bits, 1e-5, HEAD64.num_heads)
+    with pytest.raises(RuntimeError, match="bits must be"):
+        make(weights, pools.k_buffer, pools.v_buffer, 5, 1e-5, HEAD64.num_heads)
+    with pytest.raises(RuntimeError, match="shapes disagree"):
+        make(weights, pools.k_buffer, pools.v_buffer, fused.bits, 1e-5, HEAD64.num_heads * 2)
+    x = torch.zeros(1, HEAD64.hidden_size, dtype=pools.k_buffer[0].dtype)
+    cos = sin = torch.zeros(1, HEAD64.head_dim // 2)
+    loc, rows, lens, ext = torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long), \
+        torch.ones(1, dtype=torch.long), torch.empty(0, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="num_layers must be"):
+        fused.layers.run(x, x.clone(), cos, sin, loc, rows, lens, ext, HEAD64.num_layers + 1, fused.isa)
+    with pytest.raises(RuntimeError, match="x must be"):
+        fused.layers.run(x[:, :64].contiguous(), x[:, :64].clone(), cos, sin, loc, rows, lens, ext, 1, fused.isa)
+    assert len(run(e, [[1, 2, 3]])[0]["output_ids"]) == GREEDY["max_new_tokens"]
+    e.check_invariants()
