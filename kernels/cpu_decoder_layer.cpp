@@ -48,10 +48,9 @@ void rope_store_range(const at::Tensor& qkv, const at::Tensor& cos, const at::Te
   });
 }
 
-void check_layer(const at::Tensor& x, const at::Tensor& residual, int64_t bits, const at::Tensor& cos,
-                 const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& loc,
-                 int64_t num_heads) {
-  TORCH_CHECK(bits == 4 || bits == 8 || bits == 16, "bits must be 4, 8 or 16 (dense), got ", bits);
+// One call's inputs against a layer's pools (the weights and bits were checked once, by the constructor).
+void check_layer(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& cos, const at::Tensor& sin,
+                 const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& loc, int64_t num_heads) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && residual.sizes() == x.sizes() && residual.is_contiguous() &&
               residual.scalar_type() == x.scalar_type() && x.size(1) % 64 == 0,
               "x and residual must be contiguous [T, H] tensors of one dtype, H a multiple of 64");
@@ -214,7 +213,7 @@ class FusedLayers : public torch::CustomClassHolder {
     check_isa(isa);
     TORCH_CHECK(num_layers >= 1 && num_layers <= static_cast<int64_t>(k_.size()), "num_layers must be 1-",
                 k_.size(), ", got ", num_layers);
-    check_layer(x, residual, bits_, cos, sin, k_[0], v_[0], loc, num_heads_);
+    check_layer(x, residual, cos, sin, k_[0], v_[0], loc, num_heads_);
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
     LayerBuffers buffers = carve(workspace_, x, layer_weights(w_, 0, bits_), num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =

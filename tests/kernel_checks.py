@@ -199,7 +199,6 @@ CHECKS = {"engine": check_engine, "store_kv": check_store_kv, "rmsnorm": check_r
           "attention_invariance": check_attention_invariance}
 
 
-
 def main(names: list[str], device: str) -> int:
     """Each check in turn (one process: torch and Triton imported once); the number that failed."""
     failed = 0

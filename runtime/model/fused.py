@@ -51,7 +51,7 @@ class FusedLayers:
                                                             model.layers[0].self_attn.num_heads)
 
     def _layer_weights(self, layer) -> list[torch.Tensor]:
-        """The op's 15 weights: norm1, qkv (3), qkv bias, o (3), norm2, gate_up (3), down (3)."""
+        """The layer's 15 weights for FusedLayers: norm1, qkv (3), qkv bias, o (3), norm2, gate_up (3), down (3)."""
         lin = _linears(layer)
         dtype = layer.input_layernorm.weight.dtype
 
