@@ -51,6 +51,7 @@ def test_tree_shows_the_shared_prefix(server):
     shared = [n for n in tree["nodes"] if n["children"] >= 2 and n["hits"] > 0]
     assert shared and shared[0]["tokens"] >= 40 and shared[0]["preview"].startswith("You are a careful")
     assert tree["namespaces"]["default"] >= shared[0]["subtree_tokens"]
+    server.wait_idle()  # the scheduler's stats come every 0.25 s: wait for one sent after the requests
     stats = httpx.get(f"{server.url}/cache/stats").json()
     assert stats["now"]["cached_tokens"] > 0 and stats["now"]["kv_evictable"] > 0
     assert stats["server"]["kernels"] and stats["server"]["model_path"]
