@@ -23,11 +23,17 @@ inline uint32_t lanes_from(int64_t n) {  // the bits of lanes n .. 15
   return n >= 16 ? 0u : n <= 0 ? 0xFFFFu : (0xFFFFu << n) & 0xFFFFu;
 }
 
-// scores[r * stride + t] = scale * q_r . k_t for every row and key (masking is the softmax's job).
+// scores[r * stride + t] = scale * q_r . k_t for every row and key (masking is the softmax's job). q rows are
+// widened to float32 once (qf: r_count x D), keys once per group of 4 for every row.
 template <int DC, typename T>
-void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, float scale, int64_t stride, float* out) {
+void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, float scale, int64_t stride,
+            std::vector<float>& qf, float* out) {
   constexpr int D = DC * 16;
   const int64_t len = rows.len, r_count = qr.n * qr.g;
+  qf.resize(r_count * D);
+  for (int64_t r = 0; r < r_count; ++r) {
+    for (int c = 0; c < DC; ++c) fstore(qf.data() + r * D + 16 * c, fload(q + qr.offset(r, D) + 16 * c));
+  }
   alignas(64) float kbuf[4][D];  // four keys, widened once for every row
   for (int64_t t = 0; t < len; t += 4) {
     for (int j = 0; j < 4; ++j) {
@@ -36,7 +42,7 @@ void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, floa
       for (int c = 0; c < DC; ++c) fstore(kbuf[j] + 16 * c, fload(kp + 16 * c));
     }
     for (int64_t r = 0; r < r_count; ++r) {
-      const T* qp = q + qr.offset(r, D);
+      const float* qp = qf.data() + r * D;
       F16 acc[4] = {fzero(), fzero(), fzero(), fzero()};
       for (int c = 0; c < DC; ++c) {
         const F16 qc = fload(qp + 16 * c);
@@ -87,7 +93,21 @@ void values(const float* probs, int64_t stride, int64_t r0, int64_t c0, int64_t 
   }
 }
 
-// One task: q rows (n tokens x G heads of one KV head) over rows' keys -> out rows. DC = D / 16.
+// Rows [r0, r_count) when fewer than kValueRows remain, as one block of RB = r_count - r0 rows.
+template <int DC, int CB, int RB, typename T>
+void values_tail(const float* probs, int64_t stride, int64_t r0, int64_t r_count, int64_t c0, int64_t keys,
+                 const T* vh, const Rows& rows, const float* inv_sum, T* out, const QueryRows& orow) {
+  if constexpr (RB > 0) {
+    if (r_count - r0 < RB) {
+      return values_tail<DC, CB, RB - 1>(probs, stride, r0, r_count, c0, keys, vh, rows, inv_sum, out, orow);
+    }
+    values<DC, RB, CB>(probs, stride, r0, c0, keys, vh, rows, inv_sum, out, orow);
+  }
+}
+
+// One task: q rows (n tokens x G heads of one KV head) over rows' keys -> out rows. DC = D / 16. Values go in
+// blocks of kValueRows rows x CB chunks, each block one pass over its keys; a row's accumulation order is
+// the same in any block.
 template <int DC, typename T>
 void attend_rows(const T* q, const QueryRows& qr, const T* kh, const T* vh, const Rows& rows, float scale,
                  Scratch& scratch, T* out, const QueryRows& orow) {
@@ -96,17 +116,17 @@ void attend_rows(const T* q, const QueryRows& qr, const T* kh, const T* vh, cons
   scratch.scores.assign(r_count * stride, 0.f);
   scratch.inv_sum.resize(r_count);
   float* s = scratch.scores.data();
-  scores<DC>(q, qr, kh, rows, scale, stride, s);
+  const float* inv = scratch.inv_sum.data();
+  scores<DC>(q, qr, kh, rows, scale, stride, scratch.q, s);
   auto live_len = [&](int64_t r) { return len - qr.n + r / qr.g + 1; };
   for (int64_t r = 0; r < r_count; ++r) scratch.inv_sum[r] = softmax_row(s + r * stride, live_len(r), stride);
   for (int64_t c0 = 0; c0 < DC; c0 += CB) {
     int64_t r0 = 0;
     for (; r0 + kValueRows <= r_count; r0 += kValueRows) {
-      values<DC, kValueRows, CB>(s, stride, r0, c0, live_len(r0 + kValueRows - 1), vh, rows, scratch.inv_sum.data(),
-                                 out, orow);
+      values<DC, kValueRows, CB>(s, stride, r0, c0, live_len(r0 + kValueRows - 1), vh, rows, inv, out, orow);
     }
-    for (; r0 < r_count; ++r0) {
-      values<DC, 1, CB>(s, stride, r0, c0, live_len(r0), vh, rows, scratch.inv_sum.data(), out, orow);
+    if (r0 < r_count) {
+      values_tail<DC, CB, kValueRows - 1>(s, stride, r0, r_count, c0, live_len(r_count - 1), vh, rows, inv, out, orow);
     }
   }
 }

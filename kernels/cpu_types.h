@@ -59,7 +59,7 @@ struct QueryRows {  // row r of a task's queries (or outputs): base + (r / g) * 
 };
 
 struct Scratch {  // one thread's working memory for attention tasks
-  std::vector<float> scores, inv_sum;
+  std::vector<float> scores, inv_sum, q;  // q: a task's query rows widened to float32
   std::vector<uint16_t> probs;
 };
 

@@ -5,7 +5,7 @@
 
 constexpr int kIsa = 1;
 constexpr int kMaxRows = 4;  // rows of x a matmul tile keeps in registers (16 ymm registers)
-constexpr int kValueRows = 2, kValueChunks = 2;  // attention: rows x 16-dim chunks of V accumulated at once
+constexpr int kValueRows = 3, kValueChunks = 2;  // attention: rows x 16-dim chunks of V accumulated at once
 
 struct F16 { __m256 lo, hi; };
 struct I16 { __m256i lo, hi; };
