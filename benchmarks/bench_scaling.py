@@ -6,7 +6,9 @@
 
 For every model: batch-1 decode (tok/s, and as a fraction of the machine's read-bandwidth ceiling: the bytes a
 step reads / machine_limits' measured read bandwidth) and prefill of a 512-token prompt, radixlm's in-process
-Engine (its defaults) against llama-bench's tg128 and pp512 (2 threads). For the --sweeps models also:
+Engine (its defaults) against llama-bench's tg64 and pp512 (2 threads). The machine's speed drifts within
+minutes, so decode runs in ROUNDS rounds of (bandwidth, radixlm, llama.cpp, bandwidth): each round's fractions
+are against the bandwidth measured around it, and the medians over rounds are reported. For the --sweeps models also:
 output throughput against concurrency (1 to 64 requests at once, 64 tokens each) and TTFT / TPOT against
 context length (512 to 8,192), with llama-bench's pp and tg at the same depths for the latter.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +32,7 @@ from common import cpu_description  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 CONTEXTS = (512, 1024, 2048, 4096, 8192)
+ROUNDS = 3
 
 
 def prompt_ids(n: int, seed: int = 0) -> list[int]:
@@ -92,31 +96,54 @@ def llama_at_depth(exe: str, model: str, context: int, new_tokens: int = 32) -> 
     return prefill, decode
 
 
-def summary_row(r: dict, bandwidth: float) -> str:
+def summary_row(r: dict) -> str:
     ours, theirs = r["radixlm_decode"], r.get("llama_decode")
-    cells = [r["model"], f"{ours:.1f} ({ours / r['ceiling']:.0%})", "-", "-", f"{r['radixlm_prefill_512']:.0f}",
+    cells = [r["model"], f"{ours:.1f} ({r['radixlm_fraction']:.0%})", "-", "-", f"{r['radixlm_prefill_512']:.0f}",
              f"{r['llama_prefill_512']:.0f}" if r.get("llama_prefill_512") else "-"]
     if theirs:
-        cells[2] = f"{theirs:.1f} ({theirs * r['llama_bytes_per_token'] / bandwidth:.0%})"
-        cells[3] = f"{ours / theirs:.2f}x"
+        cells[2] = f"{theirs:.1f} ({r['llama_fraction']:.0%})"
+        cells[3] = f"{r['ratio']:.2f}x"
     return "| " + " | ".join(cells) + " |"
 
 
-def run_model(model: str, exe: str | None, bandwidth: float, sweeps: bool) -> dict:
+def decode_rounds(engine: Engine, exe: str | None, model: str, bytes_per_token: int) -> dict:
+    """ROUNDS rounds of (bandwidth, radixlm decode, llama.cpp decode, bandwidth) -> per-round rates and
+    fractions of the ceiling measured around them, and their medians."""
+    rounds = []
+    for _ in range(ROUNDS):
+        before = read_bandwidth(1024, 3)
+        r = {"radixlm_decode": decode_tok_s(engine, 1, 64)}
+        if exe:
+            r["llama_decode"] = llama_rate(llama_bench(exe, model, ["-p", "0", "-n", "64"], 1), "n_gen")
+        r["bandwidth"] = (before + read_bandwidth(1024, 3)) / 2
+        r["radixlm_fraction"] = r["radixlm_decode"] * bytes_per_token / r["bandwidth"]
+        if r.get("llama_decode"):
+            r["llama_fraction"] = r["llama_decode"] * os.path.getsize(model) / r["bandwidth"]
+            r["ratio"] = r["radixlm_decode"] / r["llama_decode"]
+        rounds.append(r)
+    out = {"rounds": rounds}
+    for key in ("radixlm_decode", "llama_decode", "bandwidth", "radixlm_fraction", "llama_fraction", "ratio"):
+        values = [r[key] for r in rounds if r.get(key)]
+        if values:
+            out[key] = statistics.median(values)
+    return out
+
+
+def run_model(model: str, exe: str | None, sweeps: bool) -> dict:
     t = time.perf_counter()
     engine = Engine(model, progress=False, max_total_tokens=16384, chunked_prefill_size=2048)
     out = {"model": os.path.basename(model), "startup_s": time.perf_counter() - t}
     out["bytes_per_token"] = step_bytes(engine)
-    out["radixlm_decode"] = decode_tok_s(engine, 1, 64)
+    decode_tok_s(engine, 1, 16)  # warm-up
+    out.update(decode_rounds(engine, exe, model, out["bytes_per_token"]))
     out["radixlm_prefill_512"] = prefill_tok_s(engine, 512)
     if exe:
-        rows = llama_bench(exe, model, ["-p", "512", "-n", "128"])
-        out["llama_decode"], out["llama_prefill_512"] = llama_rate(rows, "n_gen"), llama_rate(rows, "n_prompt")
+        out["llama_prefill_512"] = llama_rate(llama_bench(exe, model, ["-p", "512", "-n", "0"]), "n_prompt")
         out["llama_bytes_per_token"] = os.path.getsize(model)
-    out["ceiling"] = bandwidth / out["bytes_per_token"]
-    print(f"{out['model']}: radixlm decode {out['radixlm_decode']:.1f} tok/s ({out['radixlm_decode'] / out['ceiling']:.0%}"
-          f" of its ceiling {out['ceiling']:.0f}), prefill {out['radixlm_prefill_512']:.0f} tok/s; llama.cpp decode "
-          f"{out.get('llama_decode')}, pp512 {out.get('llama_prefill_512')}", flush=True)
+    out["ceiling"] = out["bandwidth"] / out["bytes_per_token"]
+    print(f"{out['model']}: radixlm decode {out['radixlm_decode']:.1f} tok/s ({out['radixlm_fraction']:.0%} of the "
+          f"ceiling), prefill {out['radixlm_prefill_512']:.0f} tok/s; llama.cpp decode {out.get('llama_decode')} "
+          f"({out.get('llama_fraction')}), pp512 {out.get('llama_prefill_512')}; rounds {out['rounds']}", flush=True)
     if sweeps:
         out["concurrency"] = {c: decode_tok_s(engine, c, 64) for c in CONCURRENCY}
         print("  throughput by concurrency:", {c: round(v, 1) for c, v in out["concurrency"].items()}, flush=True)
@@ -137,18 +164,17 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     exe = args.llama_bench if os.path.exists(args.llama_bench) else None
-    bandwidth = read_bandwidth(1024, 7)
-    header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, read bandwidth {bandwidth / 1e9:.1f} GB/s"
+    header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}"
     print(header, flush=True)
-    results = [run_model(m, exe, bandwidth, m in args.sweeps) for m in args.models]
+    results = [run_model(m, exe, m in args.sweeps) for m in args.models]
     print("\n| model | radixlm decode tok/s (of ceiling) | llama.cpp decode tok/s (of ceiling) | radixlm / llama.cpp | "
           "radixlm prefill tok/s | llama.cpp pp512 |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        print(summary_row(r, bandwidth))
+        print(summary_row(r))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"header": header, "bandwidth": bandwidth, "results": results}, f, indent=2)
+            json.dump({"header": header, "rounds": ROUNDS, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -48,9 +48,8 @@ def scaling(data: dict, stem: str) -> list[str]:
     fig, ax = plt.subplots(figsize=(7, 4))
     names = [m["model"].removesuffix(".gguf") for m in models]
     xs = range(len(models))
-    ax.bar([x - 0.2 for x in xs], [m["radixlm_decode"] / m["ceiling"] * 100 for m in models], 0.4, label="radixlm")
-    ax.bar([x + 0.2 for x in xs], [m["llama_decode"] * m["llama_bytes_per_token"] / data["bandwidth"] * 100
-                                   if m.get("llama_decode") else 0 for m in models], 0.4, label="llama.cpp")
+    ax.bar([x - 0.2 for x in xs], [_fraction(m, data, "radixlm") * 100 for m in models], 0.4, label="radixlm")
+    ax.bar([x + 0.2 for x in xs], [_fraction(m, data, "llama") * 100 for m in models], 0.4, label="llama.cpp")
     ax.set_xticks(list(xs), names)
     ax.set_ylabel("batch-1 decode, % of the read-bandwidth ceiling")
     ax.set_title(data["header"], fontsize=8)
@@ -69,6 +68,16 @@ def scaling(data: dict, stem: str) -> list[str]:
         if "context" in m:
             out.append(_context(plt, m, stem))
     return out
+
+
+def _fraction(m: dict, data: dict, who: str) -> float:
+    """A model's batch-1 decode as a fraction of the ceiling: the run's median over rounds, or (runs before
+    2026-12-03, one bandwidth for the whole run) computed from that bandwidth."""
+    if f"{who}_fraction" in m:
+        return m[f"{who}_fraction"]
+    if who == "radixlm":
+        return m["radixlm_decode"] / m["ceiling"]
+    return m["llama_decode"] * m["llama_bytes_per_token"] / data["bandwidth"] if m.get("llama_decode") else 0.0
 
 
 def _context(plt, m: dict, stem: str) -> str:

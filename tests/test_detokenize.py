@@ -1,0 +1,93 @@
+"""Incremental detokenization (IncrementalText.delta decodes a window, not the whole output every step): the
+deltas of any id sequence, fed in any pieces, add up to the whole sequence's decode, for the embedded
+byte-level tokenizer and for a Metaspace (sentencepiece-style, leading-space) one; and a step decodes a
+window, so a long stream costs linear, not quadratic, work."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from radixlm.runtime.decode.text import IncrementalText
+
+TEXTS = ["Hello, world! How are you?", "naïve café — 東京タワー 🎉🎉 emoji👩‍👩‍👧 end", "  two  spaces\n\nand\ttabs ",
+         "{\"name\": \"value\", \"n\": [1, 2, 3]}", "Ελληνικά, русский, עברית, हिन्दी"]
+
+
+def feed(inc: IncrementalText, ids: list[int], cuts: list[int]) -> str:
+    """The deltas of ``ids`` fed up to each cut, then whole and finished."""
+    out = ""
+    for b in sorted({c for c in cuts if 0 < c < len(ids)}):
+        out += inc.delta(ids[:b], False)
+    return out + inc.delta(ids, True)
+
+
+@pytest.fixture(scope="module")
+def decode(smol_tokenizer):
+    return lambda ids: smol_tokenizer.decode(ids, skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_by_token_equals_whole_decode(smol_tokenizer, decode, text):
+    ids = smol_tokenizer.encode(text, add_special_tokens=False)
+    inc = IncrementalText(decode, [])
+    pieces = [inc.delta(ids[:i], i == len(ids)) for i in range(1, len(ids) + 1)]
+    assert "".join(pieces) == decode(ids) == text
+    assert all("\ufffd" not in p for p in pieces)  # a character cut between tokens is held back, never sent
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60))
+def test_random_ids_in_random_pieces(smol_tokenizer, decode, seed, n):
+    rng = random.Random(seed)
+    vocab = len(smol_tokenizer)
+    # byte tokens (multi-byte characters split across ids) and ordinary ones, special tokens included
+    ids = [rng.randrange(vocab) if rng.random() < 0.7 else rng.randrange(256) for _ in range(n)]
+    cuts = [rng.randrange(n + 1) for _ in range(rng.randrange(n + 1))]
+    assert feed(IncrementalText(decode, []), ids, cuts) == decode(ids)
+
+
+def test_metaspace_tokenizer_keeps_leading_spaces():
+    from tokenizers import Tokenizer, decoders, models
+
+    words = ["▁Hello", "▁world", "▁again", "!", "▁", "x", "<0xE6>", "<0x9D>", "<0xB1>"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="x"))
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+
+    def dec(ids):
+        return tok.decode(ids)
+
+    ids = [0, 1, 3, 2, 6, 7, 8, 4, 5, 1]  # Hello world! again 東 x world (東 as three byte tokens)
+    for step in (1, 2, 3):
+        inc = IncrementalText(dec, [])
+        out = "".join(inc.delta(ids[:i], i == len(ids)) for i in range(step, len(ids) + 1, step))
+        out += inc.delta(ids, True)
+        assert out == dec(ids) == "Hello world! again東 x world"
+
+
+def test_stop_string_cut_and_held_back(decode, smol_tokenizer):
+    ids = smol_tokenizer.encode("The answer is 42. END of story", add_special_tokens=False)
+    last = next(i for i in range(1, len(ids) + 1) if "END" in decode(ids[:i]))  # where the scheduler stops
+    inc = IncrementalText(decode, ["END", "42!"])
+    out = [inc.delta(ids[:i], False) for i in range(1, last)]
+    held = next(i for i in range(1, last) if decode(ids[:i]).endswith("42"))
+    assert "".join(out[:held]).endswith("is ")  # "42" may start "42!": held back until the next token
+    assert "".join(out) + inc.delta(ids[:last], True, "END") == "The answer is 42. "
+
+
+def test_a_step_decodes_a_window_not_the_whole_output(decode, smol_tokenizer):
+    ids = smol_tokenizer.encode("word " * 400, add_special_tokens=False)
+    lengths: list[int] = []
+
+    def counting(window):
+        lengths.append(len(window))
+        return decode(window)
+
+    inc = IncrementalText(counting, [])
+    text = "".join(inc.delta(ids[:i], i == len(ids)) for i in range(1, len(ids) + 1))
+    assert text == decode(ids)
+    assert max(lengths[2:]) <= 4  # each step: the last ids taken and the new one
