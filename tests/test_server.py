@@ -140,6 +140,14 @@ def test_completions_echo(client, smol_tokenizer):
     assert firsts == {0: prompt, 1: "Two plus two is"}
 
 
+def test_completions_default_to_16_tokens_as_openai(server):
+    body = {"prompt": [1], "temperature": 0, "ignore_eos": True}  # an id prompt, no end of its own
+    r = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 16
+    r = httpx.post(f"{server.url}/v1/completions", json={**body, "max_tokens": 24}, timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 24
+
+
 def test_completions_best_of_picks_the_most_likely(client):
     kw = {"model": "default", "prompt": "A short poem:", "max_tokens": 8, "temperature": 1.0, "seed": 5}
     best = client.completions.create(best_of=3, **kw)

@@ -75,6 +75,7 @@ class ChatCompletionRequest(SamplingExtras):
 
 class CompletionRequest(SamplingExtras):
     prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16  # OpenAI's default for text completions (vLLM's and SGLang's too); null: no limit
     logprobs: int | None = None
     echo: bool = False
     best_of: int | None = None  # generate best_of, return the n with the highest total logprob
