@@ -200,7 +200,7 @@ def main() -> None:
             made = invariance(data, stem)
         elif "engines_tok_s" in data:
             made = quant(data, stem)
-        elif "bandwidth" in data:
+        elif "bandwidth" in data or "rounds" in data:  # bench_scaling (one bandwidth, or one per round)
             made = scaling(data, stem)
         elif "results" in data:
             made = peers(data, stem)
