@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "peers"))
-from run_peers import WORKLOADS, cpu_name, run_system  # noqa: E402
+from run_peers import WORKLOADS, cpu_description, run_system  # noqa: E402
 
 SETTINGS = {
     "invariant": [],
@@ -56,7 +56,7 @@ def main() -> None:
         results[s] = run_system("radixlm", args.workloads, "", args.port, args.flags.split() + SETTINGS[s])
     rows = summary(results, args.workloads)
     date = time.strftime("%Y-%m-%d %H:%M")
-    print(f"\n{date}, {cpu_name()}, SmolLM2-135M-Instruct, flags: {args.flags or '(defaults)'}")
+    print(f"\n{date}, {cpu_description()}, SmolLM2-135M-Instruct, flags: {args.flags or '(defaults)'}")
     print("| workload | " + " | ".join(f"{s} tok/s" for s in args.settings) + " | invariant / fastest other |")
     print("|---|" + "---|" * (len(args.settings) + 1))
     for r in rows:
@@ -64,7 +64,7 @@ def main() -> None:
               f" | {r['invariant_over_fastest']:.2f}x ({r['fastest_other']}) |")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"date": date, "cpu": cpu_name(), "flags": args.flags, "settings": SETTINGS,
+            json.dump({"date": date, "cpu": cpu_description(), "flags": args.flags, "settings": SETTINGS,
                        "summary": rows, "results": results}, f, indent=2)
 
 
