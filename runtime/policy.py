@@ -99,18 +99,20 @@ def _dfs_one_level(level: list[QueueItem]) -> list[QueueItem]:
 
 def dedup_shared_prefixes(items: list[QueueItem], threshold: int = IN_BATCH_DEDUP_MIN,
                           in_flight: Sequence[QueueItem] = ()) -> tuple[list[QueueItem], list[QueueItem]]:
-    """Split requests into (go now, wait a round): of several sharing a long *uncached* prefix, only the
-    first goes now; the others then hit its cache instead of computing the prefix again."""
+    """Split requests into (go now, wait a round): a request that an earlier one (or the chunked request in
+    flight) would give at least ``threshold`` more cached tokens than the cache gives it now waits a round,
+    then hits that request's cache instead of computing the same tokens again. Measured against what is
+    cached, not against zero: a chunked request's first chunk is already in the cache, and the requests
+    sharing its prefix must still wait for the rest."""
     sim = RadixCache()
     for item in in_flight:
         sim.insert(item.tokens, [0] * len(item.tokens), item.namespace)
     first, later = [], []
     for item in items:
-        if item.prefix_len < threshold and sim.peek_prefix_len(item.tokens, item.namespace) >= threshold:
+        if sim.peek_prefix_len(item.tokens, item.namespace) - item.prefix_len >= threshold:
             later.append(item)
             continue
-        if item.prefix_len < threshold:
-            sim.insert(item.tokens, [0] * len(item.tokens), item.namespace)
+        sim.insert(item.tokens, [0] * len(item.tokens), item.namespace)
         first.append(item)
     return first, later
 

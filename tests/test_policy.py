@@ -45,6 +45,17 @@ def test_in_batch_dedup_defers_requests_sharing_an_uncached_prefix():
     assert [i.rid for i in order_queue(items, "lpm", now=0, in_flight=[chunked])] == ["z"]
 
 
+def test_in_batch_dedup_counts_what_is_cached_already():
+    shared = [7] * 1000
+    chunked = item("c", shared + [3])  # its first 49 tokens are cached, the rest still being computed
+    partial = item("p", shared + [4], prefix_len=49)
+    assert dedup_shared_prefixes([partial], in_flight=[chunked]) == ([], [partial])
+    cached = item("k", shared + [5], prefix_len=1000)  # the whole prefix is cached: nothing to wait for
+    assert dedup_shared_prefixes([cached], in_flight=[chunked]) == ([cached], [])
+    twins = [item("t0", [1] * 100 + [2] * 40, prefix_len=100), item("t1", [1] * 100 + [2] * 40, prefix_len=100)]
+    assert [i.rid for i in dedup_shared_prefixes(twins)[0]] == ["t0"]  # the same uncached suffix: once
+
+
 def test_aging_bound_and_priorities():
     old = item("old", [3] * 5, prefix_len=0, arrival=0.0)
     fresh = [item(f"f{i}", [1] * 50, prefix_len=50, arrival=100.0) for i in range(3)]
