@@ -112,7 +112,8 @@ def dedup_shared_prefixes(items: list[QueueItem], threshold: int = IN_BATCH_DEDU
         if sim.peek_prefix_len(item.tokens, item.namespace) - item.prefix_len >= threshold:
             later.append(item)
             continue
-        sim.insert(item.tokens, [0] * len(item.tokens), item.namespace)
+        if len(item.tokens) - item.prefix_len >= threshold:  # only then can it give another that much
+            sim.insert(item.tokens, [0] * len(item.tokens), item.namespace)
         first.append(item)
     return first, later
 
