@@ -93,16 +93,14 @@ void values(const float* probs, int64_t stride, int64_t r0, int64_t c0, int64_t 
   }
 }
 
-// Rows [r0, r_count) when fewer than kValueRows remain, as one block of RB = r_count - r0 rows.
+// Rows [r0, r1) as one block of RB = r1 - r0 (1 to kValueRows) rows, each over keys [0, keys).
 template <int DC, int CB, int RB, typename T>
-void values_tail(const float* probs, int64_t stride, int64_t r0, int64_t r_count, int64_t c0, int64_t keys,
-                 const T* vh, const Rows& rows, const float* inv_sum, T* out, const QueryRows& orow) {
-  if constexpr (RB > 0) {
-    if (r_count - r0 < RB) {
-      return values_tail<DC, CB, RB - 1>(probs, stride, r0, r_count, c0, keys, vh, rows, inv_sum, out, orow);
-    }
-    values<DC, RB, CB>(probs, stride, r0, c0, keys, vh, rows, inv_sum, out, orow);
+void values_block(const float* probs, int64_t stride, int64_t r0, int64_t r1, int64_t c0, int64_t keys,
+                  const T* vh, const Rows& rows, const float* inv_sum, T* out, const QueryRows& orow) {
+  if constexpr (RB > 1) {
+    if (r1 - r0 < RB) return values_block<DC, CB, RB - 1>(probs, stride, r0, r1, c0, keys, vh, rows, inv_sum, out, orow);
   }
+  values<DC, RB, CB>(probs, stride, r0, c0, keys, vh, rows, inv_sum, out, orow);
 }
 
 // One task: q rows (n tokens x G heads of one KV head) over rows' keys -> out rows. DC = D / 16. Values go in
@@ -121,12 +119,9 @@ void attend_rows(const T* q, const QueryRows& qr, const T* kh, const T* vh, cons
   auto live_len = [&](int64_t r) { return len - qr.n + r / qr.g + 1; };
   for (int64_t r = 0; r < r_count; ++r) scratch.inv_sum[r] = softmax_row(s + r * stride, live_len(r), stride);
   for (int64_t c0 = 0; c0 < DC; c0 += CB) {
-    int64_t r0 = 0;
-    for (; r0 + kValueRows <= r_count; r0 += kValueRows) {
-      values<DC, kValueRows, CB>(s, stride, r0, c0, live_len(r0 + kValueRows - 1), vh, rows, inv, out, orow);
-    }
-    if (r0 < r_count) {
-      values_tail<DC, CB, kValueRows - 1>(s, stride, r0, r_count, c0, live_len(r_count - 1), vh, rows, inv, out, orow);
+    for (int64_t r0 = 0; r0 < r_count; r0 += kValueRows) {  // the keys of a block: those its last row sees
+      const int64_t r1 = std::min(r_count, r0 + kValueRows);
+      values_block<DC, CB, kValueRows>(s, stride, r0, r1, c0, live_len(r1 - 1), vh, rows, inv, out, orow);
     }
   }
 }
