@@ -1,10 +1,11 @@
 """CPU time each server process spends per streamed token: what the API process and the detokenizer take
 from the two cores the scheduler's forward pass runs on.
 
-    python benchmarks/bench_stream_cpu.py [--tokens 256] [--out benchmarks/results/FILE.json]
+    python benchmarks/bench_stream_cpu.py [--tokens 256] [--rounds 1] [--out benchmarks/results/FILE.json]
 
-Plain `radixlm serve`, one greedy chat stream (``ignore_eos``) after a warm-up one; each process's user +
-system CPU time over the stream (psutil), divided by the tokens, beside the stream's rate.
+Plain `radixlm serve` (started ``--rounds`` times), one greedy chat stream (``ignore_eos``) after a
+warm-up one; each process's user + system CPU time over the stream (psutil), the client's included, divided
+by the tokens, beside the stream's rate.
 """
 
 from __future__ import annotations
@@ -45,30 +46,38 @@ def processes(server: psutil.Process) -> dict[str, psutil.Process]:
     return roles
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+def measure(tokens: int) -> dict:
+    """One server: a warm-up stream, then CPU ms per token of each process, the client's (this one) included."""
     proc = psutil.Popen([sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(PORT)],
                         stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
     try:
         wait_healthy(proc, URL)
-        roles = processes(proc)
+        roles = {**processes(proc), "client": psutil.Process()}
         stream(16)
         before = {k: sum(p.cpu_times()[:4]) for k, p in roles.items()}
-        wall = stream(args.tokens)
-        ms = {k: (sum(p.cpu_times()[:4]) - before[k]) / args.tokens * 1e3 for k, p in roles.items()}
+        wall = stream(tokens)
+        ms = {k: (sum(p.cpu_times()[:4]) - before[k]) / tokens * 1e3 for k, p in roles.items()}
     finally:
         proc.terminate()
         proc.wait()
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}: one stream of {args.tokens} tokens at "
-          f"{args.tokens / wall:.1f} tok/s; CPU ms per token: "
-          + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
+    return {"tok_s": tokens / wall, "cpu_ms_per_token": ms}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=1, help="servers started in turn (the machine drifts)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    runs = [measure(args.tokens) for _ in range(args.rounds)]
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, one stream of {args.tokens} tokens:")
+    for r in runs:
+        print(f"  {r['tok_s']:6.1f} tok/s; CPU ms per token: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms_per_token"].items()))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "tokens": args.tokens,
-                       "tok_s": args.tokens / wall, "cpu_ms_per_token": ms}, f, indent=2)
+                       "runs": runs}, f, indent=2)
 
 
 if __name__ == "__main__":

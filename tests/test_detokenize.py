@@ -91,3 +91,30 @@ def test_a_step_decodes_a_window_not_the_whole_output(decode, smol_tokenizer):
     text = "".join(inc.delta(ids[:i], i == len(ids)) for i in range(1, len(ids) + 1))
     assert text == decode(ids)
     assert max(lengths[2:]) <= 4  # each step: the last ids taken and the new one
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_backend_decode_equals_the_tokenizers_decode(smol_tokenizer, skip):
+    """The detokenizer decodes in the Rust backend when the tokenizer cleans up no spaces: the same text as
+    ``tokenizer.decode`` for random ids (special and byte tokens included)."""
+    from radixlm.runtime.decode.text import ids_to_text
+
+    fast = ids_to_text(smol_tokenizer, skip)
+    assert fast.func == smol_tokenizer.backend_tokenizer.decode
+    rng = random.Random(7)
+    for _ in range(500):
+        ids = [rng.randrange(len(smol_tokenizer)) for _ in range(rng.randrange(0, 10))] + [0, 1, 2][: rng.randrange(4)]
+        assert fast(ids) == smol_tokenizer.decode(ids, skip_special_tokens=skip)
+
+
+def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode(smol_tokenizer):
+    from radixlm.runtime.decode.text import ids_to_text
+
+    class CleaningUp:
+        clean_up_tokenization_spaces = True
+        backend_tokenizer = smol_tokenizer.backend_tokenizer
+
+        def decode(self, ids, skip_special_tokens):
+            return "cleaned"
+
+    assert ids_to_text(CleaningUp(), True)([1, 2]) == "cleaned"

@@ -58,7 +58,10 @@ class TokenizerManager:
         self.tokenizer = tokenizer
         self.ctx = zmq.asyncio.Context()
         self.to_sched = push(self.ctx, paths.to_scheduler)
-        self.recv = pull(self.ctx, paths.to_api)
+        # A plain socket drained by the event loop's reader callback: every message that has come is handled in
+        # one wake-up, without zmq.asyncio's future per message (this runs for every streamed token).
+        self.recv = pull(zmq.Context.shadow(self.ctx), paths.to_api)
+        self._decoder = decoder(ToApi)
         self.metrics = metrics
         self.states: dict[str, ReqState] = {}
         self.stats: SchedulerStats | None = None
@@ -71,10 +74,11 @@ class TokenizerManager:
         self.latencies = RecentLatencies()
         self.generated_tokens = 0  # since start
         self.series = LiveSeries(lambda: self.stats, lambda: self.generated_tokens, self.latencies)
-        self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._recv_loop())
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.recv.getsockopt(zmq.FD), self._drain)
+        loop.call_soon(self._drain)  # what came before the reader was added
         self.series.start()
 
     def new_rid(self) -> str:
@@ -145,28 +149,35 @@ class TokenizerManager:
             state.queue.put_nowait(ReqError("", message, 503))
 
     # ------------------------------------------------------------ receive loop
-    async def _recv_loop(self) -> None:
-        dec = decoder(ToApi)
-        while True:
-            msg = dec.decode(await self.recv.recv())
-            if isinstance(msg, TextBatch):
-                for u in msg.updates:
-                    self._on_update(u)
-            elif isinstance(msg, ReqError):
-                state = self.states.get(msg.rid)
-                if state:
-                    state.queue.put_nowait(msg)
-            elif isinstance(msg, SchedulerStats):
-                self._on_stats(msg)
-            elif isinstance(msg, FlushCacheResp):
-                for fut in self._flush_waiters:
-                    if not fut.done():
-                        fut.set_result(msg)
-                self._flush_waiters.clear()
-            elif isinstance(msg, CacheViewResp):
-                fut = self._views.get(msg.query)
-                if fut is not None and not fut.done():
+    def _drain(self) -> None:
+        """The reader callback. zmq's FD is edge-triggered: read until ZMQ_EVENTS has no POLLIN, or no further
+        wake-up comes for what is already queued."""
+        while self.recv.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            raw = self.recv.recv(zmq.NOBLOCK)
+            try:
+                self._on_message(self._decoder.decode(raw))
+            except Exception:  # one bad message must not stop the stream of every other request
+                log.exception("could not handle a message from the scheduler")
+
+    def _on_message(self, msg) -> None:
+        if isinstance(msg, TextBatch):
+            for u in msg.updates:
+                self._on_update(u)
+        elif isinstance(msg, ReqError):
+            state = self.states.get(msg.rid)
+            if state:
+                state.queue.put_nowait(msg)
+        elif isinstance(msg, SchedulerStats):
+            self._on_stats(msg)
+        elif isinstance(msg, FlushCacheResp):
+            for fut in self._flush_waiters:
+                if not fut.done():
                     fut.set_result(msg)
+            self._flush_waiters.clear()
+        elif isinstance(msg, CacheViewResp):
+            fut = self._views.get(msg.query)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
 
     def _on_update(self, u: TextUpdate) -> None:
         state = self.states.get(u.rid)

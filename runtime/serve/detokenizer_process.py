@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 import zmq
 
-from radixlm.runtime.decode.text import IncrementalText
+from radixlm.runtime.decode.text import IncrementalText, ids_to_text
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import (
     Progress,
@@ -37,11 +37,7 @@ class Detokenizer:
     def _one(self, u: TokenUpdate) -> TextUpdate:
         state = self.states.get(u.rid)
         if state is None:
-            skip = u.skip_special_tokens
-
-            def decode(ids: list[int]) -> str:
-                return self.tokenizer.decode(ids, skip_special_tokens=skip)
-
+            decode = ids_to_text(self.tokenizer, u.skip_special_tokens)
             state = self.states[u.rid] = (IncrementalText(decode, u.stop, u.no_stop_trim), [])
             while len(self.states) > MAX_STATES:
                 self.states.popitem(last=False)
