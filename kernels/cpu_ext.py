@@ -3,8 +3,8 @@ cpu_norm_act; their bodies in cpu_*_body.h, the vector layers in cpu_vec_*.h) as
 ops, so torch.compile calls them as opaque kernels.
 
 One build serves every CPU: each kernel body is compiled once per instruction set (``PATHS``: portable C++,
-AVX2 + FMA + F16C, AVX512 with VNNI, and AVX512-BF16 for bfloat16 attention) and every op takes the path
-to run as its last argument. ``resolve("auto")`` gives the fastest path this CPU has; a path it lacks is a
+AVX2 + FMA + F16C, AVX512 with VNNI, and AVX512-BF16 for bfloat16 attention on x86-64; portable C++ and NEON
+with dotprod on AArch64, ``MACHINE_PATHS``) and every op takes the path to run as its last argument. ``resolve("auto")`` gives the fastest path this CPU has; a path it lacks is a
 ValueError here and an error in the op, never an illegal instruction. The build runs on first use with
 torch's extension builder (cached under ``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions);
 where it fails (no compiler), ``available()`` is False and callers keep torch's own ops.
@@ -17,15 +17,19 @@ import glob
 import hashlib
 import logging
 import os
+import platform
 import sys
 import time
 
 import torch
 from tqdm import tqdm
 
-PATHS = ("portable", "avx2", "avx512", "avx512_bf16")  # the ops' isa argument is the index
+PATHS = ("portable", "avx2", "avx512", "avx512_bf16", "neon")  # the ops' isa argument is the index
 PATH_NAMES = {"portable": "portable C++", "avx2": "AVX2 + FMA + F16C", "avx512": "AVX512 (F, DQ, BW, VL, VNNI)",
-              "avx512_bf16": "AVX512 with VNNI and BF16"}
+              "avx512_bf16": "AVX512 with VNNI and BF16", "neon": "NEON with dotprod (ARMv8.2)"}
+# the paths built for this machine's architecture (a CPU of it runs some of them: supported())
+MACHINE_PATHS = {"x86_64": PATHS[:4], "AMD64": PATHS[:4], "aarch64": ("portable", "neon"),
+                 "arm64": ("portable", "neon")}.get(platform.machine(), ("portable",))
 SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
            "cpu_decoder_layer.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike

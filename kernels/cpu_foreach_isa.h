@@ -28,4 +28,14 @@ namespace radixlm_avx512 {
 #pragma GCC pop_options
 #endif
 
+#if defined(__aarch64__)
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+namespace radixlm_neon {
+#include "cpu_vec_neon.h"
+#include RADIXLM_BODY
+}  // namespace radixlm_neon
+#pragma GCC pop_options
+#endif
+
 #undef RADIXLM_BODY

@@ -1,7 +1,7 @@
 // radixlm's C++ CPU kernels: one build serves every CPU. Each kernel's body (cpu_*_body.h) is written once
 // against a small vector layer and compiled once per instruction set, inside its own namespace and
 // `#pragma GCC target` region (cpu_foreach_isa.h): portable C++, AVX2 + FMA + F16C, and AVX512 (F, DQ,
-// BW, VL, VNNI). Every op takes the path to run as its last argument (kernels/cpu_ext.py passes the
+// BW, VL, VNNI) on x86-64; portable C++ and NEON with dotprod on AArch64. Every op takes the path to run as its last argument (kernels/cpu_ext.py passes the
 // fastest the CPU has; tests pass each in turn); a path the CPU lacks is an error, never an illegal
 // instruction. All paths give bit-identical results (see cpu_vec_portable.h), except the AVX512-BF16
 // attention (bfloat16 dot products in hardware).
@@ -12,6 +12,12 @@
 #include <torch/library.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
 #endif
 
 #include <algorithm>
@@ -26,7 +32,7 @@
 
 namespace radixlm_cpu {
 
-enum Isa : int64_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+enum Isa : int64_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kNeon = 4 };
 
 inline bool isa_supported(int64_t isa) {
 #if defined(__x86_64__)
@@ -40,13 +46,15 @@ inline bool isa_supported(int64_t isa) {
     case kAvx512Bf16: return isa_supported(kAvx512) && __builtin_cpu_supports("avx512bf16");
     default: return false;
   }
+#elif defined(__aarch64__)
+  return isa == kPortable || (isa == kNeon && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0);
 #else
   return isa == kPortable;
 #endif
 }
 
 inline void check_isa(int64_t isa) {
-  TORCH_CHECK(isa_supported(isa), "kernel path ", isa, " (0 portable, 1 avx2, 2 avx512, 3 avx512-bf16) is not "
+  TORCH_CHECK(isa_supported(isa), "kernel path ", isa, " (0 portable, 1 avx2, 2 avx512, 3 avx512-bf16, 4 neon) is not "
               "supported by this CPU");
 }
 
@@ -65,9 +73,13 @@ void dispatch_float_bf16(const at::Tensor& x, const F& f) {
 // RADIXLM_ISA_CALL(isa, fn<T>, args...): fn from the namespace of path isa (AVX512-BF16 runs the AVX512 one).
 #if defined(__x86_64__)
 #define RADIXLM_ISA_CALL(isa, fn, ...)                                         \
-  ((isa) >= ::radixlm_cpu::kAvx512 ? radixlm_avx512::fn(__VA_ARGS__)           \
+  ((isa) == ::radixlm_cpu::kAvx512 || (isa) == ::radixlm_cpu::kAvx512Bf16      \
+       ? radixlm_avx512::fn(__VA_ARGS__)                                      \
    : (isa) == ::radixlm_cpu::kAvx2 ? radixlm_avx2::fn(__VA_ARGS__)             \
                                    : radixlm_portable::fn(__VA_ARGS__))
+#elif defined(__aarch64__)
+#define RADIXLM_ISA_CALL(isa, fn, ...) \
+  ((isa) == ::radixlm_cpu::kNeon ? radixlm_neon::fn(__VA_ARGS__) : radixlm_portable::fn(__VA_ARGS__))
 #else
 #define RADIXLM_ISA_CALL(isa, fn, ...) radixlm_portable::fn(__VA_ARGS__)
 #endif

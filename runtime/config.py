@@ -16,7 +16,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 QUANT_KINDS = ("none", "int8", "int4")
-CPU_KERNELS = ("auto", "torch", "portable", "avx2", "avx512", "avx512_bf16")  # kernels/cpu_ext.PATHS
+CPU_KERNELS = ("auto", "torch", "portable", "avx2", "avx512", "avx512_bf16", "neon")  # kernels/cpu_ext.PATHS
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
 

@@ -27,7 +27,7 @@ from .conftest import TINY
 
 built = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build (no C++ compiler?)")
 PATH_PARAMS = [pytest.param(p, marks=pytest.mark.skipif(p not in cpu_ext.supported(), reason=f"this CPU has no {p}"))
-               for p in cpu_ext.PATHS]
+               for p in cpu_ext.MACHINE_PATHS]
 
 
 def isa(path: str) -> int:

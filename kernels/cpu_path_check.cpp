@@ -1,0 +1,207 @@
+// A standalone check (no torch) that a kernel path gives the portable path's results bit for bit: the kernel
+// bodies (matmuls, attention, RMSNorm, silu * up, RoPE + KV store) are compiled twice, against the portable
+// vector layer and against the one named by RADIXLM_CHECK_PATH, run on the same random inputs, and every
+// output is compared byte for byte. The portable path is itself checked against torch by the test suite on
+// x86, so equality carries that check over to a path no machine here can load into torch: NEON, built with
+// Debian's aarch64 cross compiler and run under qemu-user (tests/test_neon_kernels.py).
+//
+//   aarch64-linux-gnu-g++ -std=c++17 -O2 -ffp-contract=off -DRADIXLM_CHECK_PATH=neon kernels/cpu_path_check.cpp
+//
+// Prints one line per check and "N passed, M failed"; exits non-zero on any difference.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace at {  // the two element types the bodies name, with torch's layout (uint16 bits)
+struct BFloat16 {
+  uint16_t x;
+};
+struct Half {
+  uint16_t x;
+  operator float() const {  // IEEE half -> float, exact
+    const uint32_t sign = static_cast<uint32_t>(x & 0x8000) << 16, exp = (x >> 10) & 31, man = x & 1023;
+    uint32_t bits;
+    if (exp == 31) {
+      bits = sign | 0x7F800000u | (man << 13);
+    } else if (exp == 0) {
+      float f = std::ldexp(static_cast<float>(man), -24);
+      return sign ? -f : f;
+    } else {
+      bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+};
+}  // namespace at
+
+#include "cpu_types.h"
+
+namespace radixlm_portable {
+#include "cpu_vec_portable.h"
+#include "cpu_matmul_body.h"
+#include "cpu_attention_body.h"
+#include "cpu_norm_act_body.h"
+#include "cpu_rope_body.h"
+}  // namespace radixlm_portable
+
+#if defined(__aarch64__)
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+namespace radixlm_path {
+#include "cpu_vec_neon.h"
+#include "cpu_matmul_body.h"
+#include "cpu_attention_body.h"
+#include "cpu_norm_act_body.h"
+#include "cpu_rope_body.h"
+}  // namespace radixlm_path
+#pragma GCC pop_options
+#else
+#error "cpu_path_check.cpp checks the NEON path: build it for aarch64"
+#endif
+
+namespace {
+
+uint64_t g_state = 0x9E3779B97F4A7C15ull;
+uint32_t next_u32() {  // xorshift64*
+  g_state ^= g_state >> 12;
+  g_state ^= g_state << 25;
+  g_state ^= g_state >> 27;
+  return static_cast<uint32_t>((g_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+float uniform(float lo, float hi) { return lo + (hi - lo) * (next_u32() >> 8) * (1.f / 16777216.f); }
+uint16_t bf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return static_cast<uint16_t>((b + ((b >> 16) & 1) + 0x7FFF) >> 16);
+}
+uint16_t half_bits(float f) {  // normal halves only (|f| in [2^-14, 65504]), round toward zero
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const uint32_t sign = (b >> 16) & 0x8000, exp = ((b >> 23) & 255) - 112;
+  return static_cast<uint16_t>(sign | (exp << 10) | ((b >> 13) & 1023));
+}
+
+int g_passed = 0, g_failed = 0;
+template <typename T>
+void expect_same(const char* what, const std::vector<T>& a, const std::vector<T>& b) {
+  const bool same = a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  std::printf("%s %s\n", same ? "PASS" : "FAIL", what);
+  (same ? g_passed : g_failed) += 1;
+}
+
+template <typename T>
+std::vector<T> random_rows(int64_t n, float scale) {
+  std::vector<T> v(n);
+  for (auto& e : v) {
+    const float f = uniform(-scale, scale);
+    if constexpr (std::is_same_v<T, float>) e = f; else e.x = bf16(f);
+  }
+  return v;
+}
+
+// x [M, K] quantized, then int4 (with and without minimums) and int8 tiles; M covers every row run
+template <typename T>
+void check_matmuls(int64_t m, const char* dtype) {
+  const int64_t k = 256, n = 48, nb = k / 64;
+  const std::vector<T> x = random_rows<T>(m * k, 2.f);
+  std::vector<uint8_t> codes(n / 16 * (k / 4) * 32);
+  for (auto& c : codes) c = static_cast<uint8_t>(next_u32());
+  std::vector<at::Half> d(n * k / 32), mn(n * k / 32);
+  for (auto& h : d) h.x = half_bits(uniform(0.01f, 0.1f));
+  for (auto& h : mn) h.x = half_bits(uniform(-0.5f, -0.01f));
+  std::vector<int8_t> q8(n * k);
+  for (auto& q : q8) q = static_cast<int8_t>(static_cast<int>(next_u32() % 255) - 127);
+  std::vector<float> s8(n);
+  for (auto& s : s8) s = uniform(0.001f, 0.01f);
+  auto run = [&](auto quantize, auto int4, auto int8, std::vector<int8_t>& xq_q, std::vector<T>& y4, std::vector<T>& y4n,
+                 std::vector<T>& y8) {
+    std::vector<float> a(m * nb), t(m * nb * 2);
+    std::vector<int32_t> s(m * nb * 2);
+    xq_q.assign(m * k, 0);
+    const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), k, nb};
+    quantize(x.data(), 0, m, xq);
+    y4.assign(m * n, T{}), y4n.assign(m * n, T{}), y8.assign(m * n, T{});
+    int4(codes.data(), d.data(), mn.data(), n, 0, n / 16, xq, m, y4.data());
+    int4(codes.data(), d.data(), nullptr, n, 0, n / 16, xq, m, y4n.data());
+    int8(q8.data(), s8.data(), n, 0, n / 16, xq, m, y8.data());
+  };
+  std::vector<int8_t> pq, nq;
+  std::vector<T> p4, p4n, p8, n4, n4n, n8;
+  run(radixlm_portable::quantize_rows<T>, radixlm_portable::int4_tiles<T>, radixlm_portable::int8_tiles<T>, pq, p4, p4n, p8);
+  run(radixlm_path::quantize_rows<T>, radixlm_path::int4_tiles<T>, radixlm_path::int8_tiles<T>, nq, n4, n4n, n8);
+  const std::string tag = std::string(dtype) + " M=" + std::to_string(m);
+  expect_same(("quantize x " + tag).c_str(), pq, nq);
+  expect_same(("int4 matmul " + tag).c_str(), p4, n4);
+  expect_same(("int4 matmul, no minimums " + tag).c_str(), p4n, n4n);
+  expect_same(("int8 matmul " + tag).c_str(), p8, n8);
+}
+
+// one extend task (n tokens x G heads) over scattered slots of a head-major pool, D = 64
+template <typename T>
+void check_attention(int64_t n, int64_t len, const char* dtype) {
+  constexpr int DC = 4, D = 64;
+  const int64_t g = 3, slots = len + 17;
+  const std::vector<T> pool_k = random_rows<T>(slots * D, 1.f), pool_v = random_rows<T>(slots * D, 1.f);
+  const std::vector<T> q = random_rows<T>(n * g * D, 1.f);
+  std::vector<int64_t> slot(len);
+  for (int64_t t = 0; t < len; ++t) slot[t] = (t * 7 + 3) % slots;
+  const Rows rows{slot.data(), len / 2, slot.data() + len / 2, len};
+  const QueryRows qr{n, g, g * D};
+  auto run = [&](auto attend, std::vector<T>& out) {
+    Scratch scratch;
+    out.assign(n * g * D, T{});
+    attend(q.data(), qr, pool_k.data(), pool_v.data(), rows, 0.125f, scratch, out.data(), qr);
+  };
+  std::vector<T> po, no;
+  run(radixlm_portable::attend_rows<DC, T>, po);
+  run(radixlm_path::attend_rows<DC, T>, no);
+  expect_same(("attention " + std::string(dtype) + " n=" + std::to_string(n) + " keys=" + std::to_string(len)).c_str(), po, no);
+}
+
+template <typename T>
+void check_norm_act_rope(const char* dtype) {
+  const int64_t rows = 3, h = 192, inter = 160, hq = 3, hkv = 1, d = 64, slots = 8;
+  const std::vector<T> x = random_rows<T>(rows * h, 3.f), w = random_rows<T>(h, 1.f);
+  const std::vector<T> gu = random_rows<T>(rows * 2 * inter, 8.f), qkv = random_rows<T>(rows * (hq + 2 * hkv) * d, 1.f);
+  const std::vector<float> cs = random_rows<float>(rows * d / 2, 1.f), sn = random_rows<float>(rows * d / 2, 1.f);
+  const int64_t loc[rows] = {5, 0, 7};
+  auto run = [&](auto norm, auto silu, auto rope, std::vector<T>& res, std::vector<T>& normed, std::vector<T>& act,
+                 std::vector<T>& qo, std::vector<T>& kc, std::vector<T>& vc) {
+    res = random_rows<T>(rows * h, 0.f);
+    normed.assign(rows * h, T{}), act.assign(rows * inter, T{});
+    qo.assign(rows * hq * d, T{}), kc.assign(hkv * slots * d, T{}), vc.assign(hkv * slots * d, T{});
+    norm(x.data(), res.data(), w.data(), 0, rows, h, 1e-5f, normed.data());
+    silu(gu.data(), 0, rows, inter, act.data());
+    rope(qkv.data(), 0, rows, hq, hkv, cs.data(), sn.data(), loc, qo.data(), kc.data(), vc.data(), slots * d);
+  };
+  std::vector<T> p[6], o[6];
+  run(radixlm_portable::rms_norm_rows<T>, radixlm_portable::silu_mul_rows<T>, radixlm_portable::rope_store_rows<4, T>,
+      p[0], p[1], p[2], p[3], p[4], p[5]);
+  run(radixlm_path::rms_norm_rows<T>, radixlm_path::silu_mul_rows<T>, radixlm_path::rope_store_rows<4, T>, o[0], o[1],
+      o[2], o[3], o[4], o[5]);
+  const char* names[6] = {"residual add", "RMSNorm", "silu * up", "RoPE q", "RoPE k store", "v store"};
+  for (int i = 0; i < 6; ++i) expect_same((std::string(names[i]) + " " + dtype).c_str(), p[i], o[i]);
+}
+
+}  // namespace
+
+int main() {
+  for (int64_t m : {1, 2, 3, 5, 8}) {
+    check_matmuls<float>(m, "float32");
+    check_matmuls<at::BFloat16>(m, "bfloat16");
+  }
+  for (auto [n, len] : {std::pair<int64_t, int64_t>{1, 1}, {1, 37}, {1, 300}, {5, 40}, {16, 16}}) {
+    check_attention<float>(n, len, "float32");
+    check_attention<at::BFloat16>(n, len, "bfloat16");
+  }
+  check_norm_act_rope<float>("float32");
+  check_norm_act_rope<at::BFloat16>("bfloat16");
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
