@@ -23,19 +23,20 @@ inline uint32_t lanes_from(int64_t n) {  // the bits of lanes n .. 15
   return n >= 16 ? 0u : n <= 0 ? 0xFFFFu : (0xFFFFu << n) & 0xFFFFu;
 }
 
-// scores[r * stride + t] = scale * q_r . k_t for every row and key (masking is the softmax's job). q rows are
-// widened to float32 once (qf: r_count x D), keys once per group of 4 for every row.
+// scores[r * stride + t] = scale * q_r . k_t for every row and keys [k0, min(k1, len)) (k0 a multiple of 4;
+// masking is the softmax's job). q rows are widened to float32 once (qf: r_count x D), keys once per group
+// of 4 for every row. A key's score does not depend on the range it is computed in.
 template <int DC, typename T>
 void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, float scale, int64_t stride,
-            std::vector<float>& qf, float* out) {
+            std::vector<float>& qf, float* out, int64_t k0, int64_t k1) {
   constexpr int D = DC * 16;
-  const int64_t len = rows.len, r_count = qr.n * qr.g;
+  const int64_t len = std::min(rows.len, k1), r_count = qr.n * qr.g;
   qf.resize(r_count * D);
   for (int64_t r = 0; r < r_count; ++r) {
     for (int c = 0; c < DC; ++c) fstore(qf.data() + r * D + 16 * c, fload(q + qr.offset(r, D) + 16 * c));
   }
   alignas(64) float kbuf[4][D];  // four keys, widened once for every row
-  for (int64_t t = 0; t < len; t += 4) {
+  for (int64_t t = k0; t < len; t += 4) {
     for (int j = 0; j < 4; ++j) {
       prefetch_row(kh, rows, t + j + kAhead, len, D * static_cast<int64_t>(sizeof(T)));
       const T* kp = kh + rows.slot(std::min(t + j, len - 1)) * D;  // past the end: a repeat, never used
@@ -103,25 +104,54 @@ void values_block(const float* probs, int64_t stride, int64_t r0, int64_t r1, in
   values<DC, RB, CB>(probs, stride, r0, c0, keys, vh, rows, inv_sum, out, orow);
 }
 
-// One task: q rows (n tokens x G heads of one KV head) over rows' keys -> out rows. DC = D / 16. Values go in
-// blocks of kValueRows rows x CB chunks, each block one pass over its keys; a row's accumulation order is
-// the same in any block.
+// The three stages of one task, each over a range of its work, so that the threads of a parallel region can
+// share a task (stage by stage, with a barrier between stages) and get the bits of one thread doing all of it:
+// scores over keys, the softmax over rows, the values over 16-dim chunks. s [r_count, stride] (stride = len
+// rounded up to 16) and inv [r_count] are the task's, shared by the threads. DC = D / 16.
+inline int64_t score_stride(const Rows& rows) { return (rows.len + 15) / 16 * 16; }
+inline int64_t live_len(const Rows& rows, const QueryRows& qr, int64_t r) { return rows.len - qr.n + r / qr.g + 1; }
+
+template <int DC, typename T>
+void attend_scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, float scale, float* s,
+                   std::vector<float>& qf, int64_t k0, int64_t k1) {
+  scores<DC>(q, qr, kh, rows, scale, score_stride(rows), qf, s, k0, k1);
+}
+
+// rows [r0, r1): their softmax numerators in place, 1 / their sums in inv
+inline void attend_softmax(const QueryRows& qr, const Rows& rows, float* s, float* inv, int64_t r0, int64_t r1) {
+  const int64_t stride = score_stride(rows);
+  for (int64_t r = r0; r < r1; ++r) inv[r] = softmax_row(s + r * stride, live_len(rows, qr, r), stride);
+}
+
+// 16-dim chunks [c_begin, c_end) of every row (c_begin a multiple of the block's CB chunks). Values go in
+// blocks of kValueRows rows x CB chunks, each block one pass over its keys; a row's accumulation order is the
+// same in any block.
+template <int DC, typename T>
+void attend_values(const QueryRows& qr, const T* vh, const Rows& rows, const float* s, const float* inv, T* out,
+                   const QueryRows& orow, int64_t c_begin, int64_t c_end) {
+  constexpr int CB = DC < kValueChunks ? DC : kValueChunks;
+  const int64_t stride = score_stride(rows), r_count = qr.n * qr.g;
+  for (int64_t c0 = c_begin; c0 < std::min<int64_t>(c_end, DC); c0 += CB) {
+    for (int64_t r0 = 0; r0 < r_count; r0 += kValueRows) {  // the keys of a block: those its last row sees
+      const int64_t r1 = std::min(r_count, r0 + kValueRows);
+      values_block<DC, CB, kValueRows>(s, stride, r0, r1, c0, live_len(rows, qr, r1 - 1), vh, rows, inv, out, orow);
+    }
+  }
+}
+
+// The chunks one block of values covers (attend_values' c ranges split at multiples of it).
+template <int DC>
+constexpr int value_chunks() { return DC < kValueChunks ? DC : kValueChunks; }
+
+// One task: q rows (n tokens x G heads of one KV head) over rows' keys -> out rows, on one thread.
 template <int DC, typename T>
 void attend_rows(const T* q, const QueryRows& qr, const T* kh, const T* vh, const Rows& rows, float scale,
                  Scratch& scratch, T* out, const QueryRows& orow) {
-  constexpr int CB = DC < kValueChunks ? DC : kValueChunks;
-  const int64_t len = rows.len, stride = (len + 15) / 16 * 16, r_count = qr.n * qr.g;
-  scratch.scores.assign(r_count * stride, 0.f);
+  const int64_t r_count = qr.n * qr.g;
+  scratch.scores.assign(r_count * score_stride(rows), 0.f);
   scratch.inv_sum.resize(r_count);
   float* s = scratch.scores.data();
-  const float* inv = scratch.inv_sum.data();
-  scores<DC>(q, qr, kh, rows, scale, stride, scratch.q, s);
-  auto live_len = [&](int64_t r) { return len - qr.n + r / qr.g + 1; };
-  for (int64_t r = 0; r < r_count; ++r) scratch.inv_sum[r] = softmax_row(s + r * stride, live_len(r), stride);
-  for (int64_t c0 = 0; c0 < DC; c0 += CB) {
-    for (int64_t r0 = 0; r0 < r_count; r0 += kValueRows) {  // the keys of a block: those its last row sees
-      const int64_t r1 = std::min(r_count, r0 + kValueRows);
-      values_block<DC, CB, kValueRows>(s, stride, r0, r1, c0, live_len(r1 - 1), vh, rows, inv, out, orow);
-    }
-  }
+  attend_scores<DC>(q, qr, kh, rows, scale, s, scratch.q, 0, rows.len);
+  attend_softmax(qr, rows, s, scratch.inv_sum.data(), 0, r_count);
+  attend_values<DC>(qr, vh, rows, s, scratch.inv_sum.data(), out, orow, 0, DC);
 }

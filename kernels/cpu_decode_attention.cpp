@@ -135,6 +135,83 @@ void run_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q,
   }
 }
 
+namespace {
+
+// The part [b, e) of count items that thread `tid` of `nt` takes, b and e multiples of `unit` (but e <= count).
+std::pair<int64_t, int64_t> part(int64_t count, int64_t unit, int tid, int nt) {
+  const int64_t per = ((count + nt - 1) / nt + unit - 1) / unit * unit, b = std::min(count, tid * per);
+  return {b, std::min(count, b + per)};
+}
+
+template <int DC, typename T>
+void run_shared_typed(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, at::Tensor& out, SharedAttention& sh, int tid, int nt, Scratch& scratch,
+                      int64_t isa) {
+  const T* qd = q.data_ptr<T>();
+  const T* kd = k.data_ptr<T>();
+  const T* vd = v.data_ptr<T>();
+  T* od = out.data_ptr<T>();
+  const float scale = 1.f / std::sqrt(static_cast<float>(DC * 16));
+  const int64_t count = static_cast<int64_t>(tasks.size());
+  for (int64_t i = sh.first; i < count; ++i) {  // scores: keys in groups of 4
+    const AttentionTask& t = tasks[i];
+    auto [k0, k1] = part(t.rows.len, 4, tid, nt);
+    float* s = sh.scores.data() + sh.score_at[i - sh.first];
+    if (k0 < k1) RADIXLM_ISA_CALL(isa, attend_scores<DC>, qd + t.at, t.qr, kd + t.head * k.stride(0), t.rows, scale, s, scratch.q, k0, k1);
+  }
+#pragma omp barrier
+  for (int64_t i = sh.first; i < count; ++i) {  // softmax: rows
+    const AttentionTask& t = tasks[i];
+    auto [r0, r1] = part(t.qr.n * t.qr.g, 1, tid, nt);
+    RADIXLM_ISA_CALL(isa, attend_softmax, t.qr, t.rows, sh.scores.data() + sh.score_at[i - sh.first],
+                     sh.inv_sum.data() + sh.inv_at[i - sh.first], r0, r1);
+  }
+#pragma omp barrier
+  const int64_t cb = RADIXLM_ISA_CALL(isa, value_chunks<DC>);
+  for (int64_t i = sh.first; i < count; ++i) {  // values: blocks of cb 16-dim chunks
+    const AttentionTask& t = tasks[i];
+    auto [c0, c1] = part(DC, cb, tid, nt);
+    if (c0 < c1) {
+      RADIXLM_ISA_CALL(isa, attend_values<DC>, t.qr, vd + t.head * v.stride(0), t.rows,
+                       sh.scores.data() + sh.score_at[i - sh.first], sh.inv_sum.data() + sh.inv_at[i - sh.first],
+                       od + t.at, t.qr, c0, c1);
+    }
+  }
+}
+
+}  // namespace
+
+SharedAttention plan_shared_attention(const std::vector<AttentionTask>& tasks, int64_t nt, int64_t isa) {
+  SharedAttention sh;
+  const int64_t count = static_cast<int64_t>(tasks.size());
+  sh.first = isa == kAvx512Bf16 || nt <= 1 ? count : count - count % nt;
+  int64_t scores = 0, inv = 0;
+  for (int64_t i = sh.first; i < count; ++i) {
+    const int64_t r_count = tasks[i].qr.n * tasks[i].qr.g;
+    sh.score_at.push_back(scores);
+    sh.inv_at.push_back(inv);
+    scores += r_count * ((tasks[i].rows.len + 15) / 16 * 16);
+    inv += r_count;
+  }
+  sh.scores.assign(scores, 0.f);
+  sh.inv_sum.assign(inv, 0.f);
+  return sh;
+}
+
+void run_shared_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, at::Tensor& out, SharedAttention& shared, int tid, int nt,
+                          Scratch& scratch, int64_t isa) {
+  if (shared.first == static_cast<int64_t>(tasks.size())) return;  // no barrier: every thread returns here
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  if (q.size(2) == 64) {
+    bf16 ? run_shared_typed<4, at::BFloat16>(tasks, q, k, v, out, shared, tid, nt, scratch, isa)
+         : run_shared_typed<4, float>(tasks, q, k, v, out, shared, tid, nt, scratch, isa);
+  } else {
+    bf16 ? run_shared_typed<8, at::BFloat16>(tasks, q, k, v, out, shared, tid, nt, scratch, isa)
+         : run_shared_typed<8, float>(tasks, q, k, v, out, shared, tid, nt, scratch, isa);
+  }
+}
+
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
                             const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa) {
   check_isa(isa);

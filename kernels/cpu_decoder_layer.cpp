@@ -136,6 +136,7 @@ struct LayerCall {
   double eps;
   const at::Tensor &cos, &sin, &loc;
   const std::vector<AttentionTask>& tasks;
+  SharedAttention& shared;  // the tasks past shared.first: every thread takes part in each
   int64_t isa;
 };
 
@@ -161,8 +162,9 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
     rope_store_range(b.qkv, c.cos, c.sin, k_cache, v_cache, c.loc, r0, r1, b.q, c.isa);
   }
 #pragma omp barrier
-  auto [a0, a1] = share(static_cast<int64_t>(c.tasks.size()), tid, nt);
+  auto [a0, a1] = share(c.shared.first, tid, nt);
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
+  run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
 #pragma omp barrier
   if (r0 < r1) prepare_range(b.attn, r0, r1, b.xattn, bits, c.isa);
 #pragma omp barrier
@@ -219,7 +221,8 @@ class FusedLayers : public torch::CustomClassHolder {
     const std::vector<AttentionTask> tasks =
         ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], rows, lens, at::Tensor(), at::Tensor())
                               : extend_tasks(buffers.q, k_[0], rows, lens, ext_lens);
-    const LayerCall call{x, residual, eps_, cos, sin, loc, tasks, isa};
+    SharedAttention shared = plan_shared_attention(tasks, at::get_num_threads(), isa);
+    const LayerCall call{x, residual, eps_, cos, sin, loc, tasks, shared, isa};
 #pragma omp parallel num_threads(at::get_num_threads())
     {
       const int tid = omp_get_thread_num(), nt = omp_get_num_threads();

@@ -40,6 +40,15 @@ std::vector<AttentionTask> extend_tasks(const at::Tensor& q, const at::Tensor& k
                                         const at::Tensor& seq_lens, const at::Tensor& ext_lens);
 void run_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
                    const at::Tensor& v, at::Tensor& out, int64_t i0, int64_t i1, Scratch& scratch, int64_t isa);
+// Which tasks nt threads run together (the last tasks.size() % nt; none on the AVX512-BF16 path, whose
+// attention is not staged), with their buffers.
+SharedAttention plan_shared_attention(const std::vector<AttentionTask>& tasks, int64_t nt, int64_t isa);
+// Thread tid's part of the shared tasks, inside the caller's parallel region of nt threads: keys, then rows,
+// then value chunks, with a barrier after each of the first two stages (every thread must call it). The
+// result has the bits of one thread running each task whole.
+void run_shared_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, at::Tensor& out, SharedAttention& shared, int tid, int nt,
+                          Scratch& scratch, int64_t isa);
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, int64_t isa);
 at::Tensor add_rms_norm_(const at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps, int64_t isa);

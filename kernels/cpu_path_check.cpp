@@ -161,7 +161,21 @@ void check_attention(int64_t n, int64_t len, const char* dtype) {
   std::vector<T> po, no;
   run(radixlm_portable::attend_rows<DC, T>, po);
   run(radixlm_path::attend_rows<DC, T>, no);
-  expect_same(("attention " + std::string(dtype) + " n=" + std::to_string(n) + " keys=" + std::to_string(len)).c_str(), po, no);
+  const std::string tag = std::string(dtype) + " n=" + std::to_string(n) + " keys=" + std::to_string(len);
+  expect_same(("attention " + tag).c_str(), po, no);
+  // the same task shared by two threads stage by stage (keys, rows, value chunks), run here one after the other
+  namespace p = radixlm_path;
+  const int64_t r_count = n * g, stride = p::score_stride(rows), cb = p::value_chunks<DC>();
+  std::vector<float> s(r_count * stride, 0.f), inv(r_count), qf;
+  std::vector<T> so(n * g * D, T{});
+  const int64_t kh = (len / 2 + 3) / 4 * 4, rh = (r_count + 1) / 2, ch = (DC / 2 + cb - 1) / cb * cb;
+  p::attend_scores<DC>(q.data(), qr, pool_k.data(), rows, 0.125f, s.data(), qf, 0, kh);
+  p::attend_scores<DC>(q.data(), qr, pool_k.data(), rows, 0.125f, s.data(), qf, kh, len);
+  p::attend_softmax(qr, rows, s.data(), inv.data(), 0, rh);
+  p::attend_softmax(qr, rows, s.data(), inv.data(), rh, r_count);
+  p::attend_values<DC>(qr, pool_v.data(), rows, s.data(), inv.data(), so.data(), qr, 0, ch);
+  p::attend_values<DC>(qr, pool_v.data(), rows, s.data(), inv.data(), so.data(), qr, ch, DC);
+  expect_same(("attention in stages " + tag).c_str(), po, so);
 }
 
 template <typename T>

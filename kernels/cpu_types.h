@@ -63,6 +63,15 @@ struct Scratch {  // one thread's working memory for attention tasks
   std::vector<uint16_t> probs;
 };
 
+// The attention tasks [first, count) that all the threads of a parallel region run together, stage by stage
+// (the remainder when the tasks do not divide evenly among the threads): task i's scores [r_count, stride] at
+// scores + score_at[i - first], its 1 / sums [r_count] at inv_sum + inv_at[i - first]. Zeroed once.
+struct SharedAttention {
+  int64_t first = 0;
+  std::vector<float> scores, inv_sum;
+  std::vector<int64_t> score_at, inv_at;
+};
+
 // One attention task: n query tokens x the G query heads of KV head `head`, their rows starting at element
 // `at` of q and of the output.
 struct AttentionTask {
@@ -77,3 +86,4 @@ using radixlm_cpu::QuantizedX;
 using radixlm_cpu::QueryRows;
 using radixlm_cpu::Rows;
 using radixlm_cpu::Scratch;
+using radixlm_cpu::SharedAttention;

@@ -17,11 +17,13 @@ from .conftest import TINY
 
 pytestmark = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 HEAD64 = dataclasses.replace(TINY, num_heads=4, num_kv_heads=2, head_dim=64, hidden_size=128)
+# 3 KV heads (as SmolLM2): a batch of one decodes 3 attention tasks, so 2 threads share the third stage by stage
+THREE_KV = dataclasses.replace(TINY, num_heads=6, num_kv_heads=3, head_dim=64, hidden_size=192)
 GREEDY = {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True}
 
 
-def engine(quantization: str = "int4", **extra) -> Engine:
-    return Engine.from_model(random_model(HEAD64, seed=0), None, quantization=quantization, max_total_tokens=4096,
+def engine(quantization: str = "int4", cfg=HEAD64, **extra) -> Engine:
+    return Engine.from_model(random_model(cfg, seed=0), None, quantization=quantization, max_total_tokens=4096,
                              check_invariants=True, **extra)
 
 
@@ -70,20 +72,23 @@ def test_bfloat16_dense_models_run_fused_on_the_dense_kernel():
     assert Engine.from_model(random_model(TINY, seed=0), None, quantization="int4").runner.fused is None  # head dim 16
 
 
-def test_a_request_is_the_same_alone_batched_cached_or_chunked():
+@pytest.mark.parametrize("cfg", [HEAD64, THREE_KV], ids=["2kv", "3kv"])
+def test_a_request_is_the_same_alone_batched_cached_or_chunked(cfg):
     """Bit-identical prompt logprobs (of the last tokens) and output logprobs: alone, in a batch of mixed
-    requests, after its prefix was cached by another request, and with chunked prefill of 7 tokens."""
+    requests, after its prefix was cached by another request, and with chunked prefill of 7 tokens. With 3
+    KV heads on 2 threads the request alone runs one attention task per layer on both threads, stage by
+    stage, and in the batch of five its tasks run whole."""
     prefix = [(5 * j + 1) % 250 for j in range(50)]
     target, start = prefix + [3, 1, 4, 1, 5], len(prefix) + 1
     others = [[(11 * j) % 250 for j in range(n)] for n in (9, 33, 70)] + [prefix + [9, 9]]
-    alone = scores(run(engine(), [target], start)[0])
-    batched = run(engine(), [others[0], target, *others[1:]], start)
+    alone = scores(run(engine(cfg=cfg), [target], start)[0])
+    batched = run(engine(cfg=cfg), [others[0], target, *others[1:]], start)
     assert scores(batched[1]) == alone
-    cached = engine()
+    cached = engine(cfg=cfg)
     run(cached, [prefix + [2]])  # puts the prefix in the radix tree
     hit = run(cached, [target], start)[0]
     assert hit["meta_info"]["cached_tokens"] >= len(prefix) and scores(hit) == alone
-    assert scores(run(engine(chunked_prefill_size=7), [target], start)[0]) == alone
+    assert scores(run(engine(cfg=cfg, chunked_prefill_size=7), [target], start)[0]) == alone
 
 
 def test_the_layers_object_refuses_what_does_not_fit():
