@@ -123,13 +123,17 @@ inline void attend_softmax(const QueryRows& qr, const Rows& rows, float* s, floa
   for (int64_t r = r0; r < r1; ++r) inv[r] = softmax_row(s + r * stride, live_len(rows, qr, r), stride);
 }
 
+// The chunks one block of values covers (attend_values' c ranges split at multiples of it).
+template <int DC>
+constexpr int value_chunks() { return DC < kValueChunks ? DC : kValueChunks; }
+
 // 16-dim chunks [c_begin, c_end) of every row (c_begin a multiple of the block's CB chunks). Values go in
 // blocks of kValueRows rows x CB chunks, each block one pass over its keys; a row's accumulation order is the
 // same in any block.
 template <int DC, typename T>
 void attend_values(const QueryRows& qr, const T* vh, const Rows& rows, const float* s, const float* inv, T* out,
                    const QueryRows& orow, int64_t c_begin, int64_t c_end) {
-  constexpr int CB = DC < kValueChunks ? DC : kValueChunks;
+  constexpr int CB = value_chunks<DC>();
   const int64_t stride = score_stride(rows), r_count = qr.n * qr.g;
   for (int64_t c0 = c_begin; c0 < std::min<int64_t>(c_end, DC); c0 += CB) {
     for (int64_t r0 = 0; r0 < r_count; r0 += kValueRows) {  // the keys of a block: those its last row sees
@@ -138,10 +142,6 @@ void attend_values(const QueryRows& qr, const T* vh, const Rows& rows, const flo
     }
   }
 }
-
-// The chunks one block of values covers (attend_values' c ranges split at multiples of it).
-template <int DC>
-constexpr int value_chunks() { return DC < kValueChunks ? DC : kValueChunks; }
 
 // One task: q rows (n tokens x G heads of one KV head) over rows' keys -> out rows, on one thread.
 template <int DC, typename T>
