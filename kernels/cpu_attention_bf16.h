@@ -82,15 +82,14 @@ void values_bf16(const uint16_t* probs, int64_t stride, int64_t r0, int64_t keys
 template <int KZ>
 void attend_rows_bf16(const at::BFloat16* q, const QueryRows& qr, const at::BFloat16* kh, const at::BFloat16* vh,
                       const Rows& rows, float scale, Scratch& scratch, at::BFloat16* out, const QueryRows& orow) {
-  const int64_t len = rows.len, stride = (len + 15) / 16 * 16, r_count = qr.n * qr.g;
+  const int64_t stride = score_stride(rows), r_count = qr.n * qr.g;
   scratch.scores.assign(r_count * stride, 0.f);
   scratch.probs.resize(r_count * stride);
   scratch.inv_sum.resize(r_count);
   float* s = scratch.scores.data();
   scores_bf16<KZ>(q, qr, kh, rows, scale, stride, s);
-  auto live_len = [&](int64_t r) { return len - qr.n + r / qr.g + 1; };
   for (int64_t r = 0; r < r_count; ++r) {
-    scratch.inv_sum[r] = softmax_row(s + r * stride, live_len(r), stride);
+    scratch.inv_sum[r] = softmax_row(s + r * stride, live_len(rows, qr, r), stride);
     for (int64_t t = 0; t < stride; t += 16) {  // the numerators as bfloat16, for vdpbf16ps
       const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(s + r * stride + t));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.probs.data() + r * stride + t), reinterpret_cast<__m256i>(b));
@@ -98,9 +97,9 @@ void attend_rows_bf16(const at::BFloat16* q, const QueryRows& qr, const at::BFlo
   }
   int64_t r0 = 0;
   for (; r0 + 4 <= r_count; r0 += 4) {
-    values_bf16<KZ, 4>(scratch.probs.data(), stride, r0, live_len(r0 + 3), vh, rows, scratch.inv_sum.data(), out, orow);
+    values_bf16<KZ, 4>(scratch.probs.data(), stride, r0, live_len(rows, qr, r0 + 3), vh, rows, scratch.inv_sum.data(), out, orow);
   }
   for (; r0 < r_count; ++r0) {
-    values_bf16<KZ, 1>(scratch.probs.data(), stride, r0, live_len(r0), vh, rows, scratch.inv_sum.data(), out, orow);
+    values_bf16<KZ, 1>(scratch.probs.data(), stride, r0, live_len(rows, qr, r0), vh, rows, scratch.inv_sum.data(), out, orow);
   }
 }

@@ -137,12 +137,6 @@ void run_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q,
 
 namespace {
 
-// The part [b, e) of count items that thread `tid` of `nt` takes, b and e multiples of `unit` (but e <= count).
-std::pair<int64_t, int64_t> part(int64_t count, int64_t unit, int tid, int nt) {
-  const int64_t per = ((count + nt - 1) / nt + unit - 1) / unit * unit, b = std::min(count, tid * per);
-  return {b, std::min(count, b + per)};
-}
-
 template <int DC, typename T>
 void run_shared_typed(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
                       const at::Tensor& v, at::Tensor& out, SharedAttention& sh, int tid, int nt, Scratch& scratch,
@@ -155,14 +149,14 @@ void run_shared_typed(const std::vector<AttentionTask>& tasks, const at::Tensor&
   const int64_t count = static_cast<int64_t>(tasks.size());
   for (int64_t i = sh.first; i < count; ++i) {  // scores: keys in groups of 4
     const AttentionTask& t = tasks[i];
-    auto [k0, k1] = part(t.rows.len, 4, tid, nt);
+    auto [k0, k1] = thread_part(t.rows.len, tid, nt, 4);
     float* s = sh.scores.data() + sh.score_at[i - sh.first];
     if (k0 < k1) RADIXLM_ISA_CALL(isa, attend_scores<DC>, qd + t.at, t.qr, kd + t.head * k.stride(0), t.rows, scale, s, scratch.q, k0, k1);
   }
 #pragma omp barrier
   for (int64_t i = sh.first; i < count; ++i) {  // softmax: rows
     const AttentionTask& t = tasks[i];
-    auto [r0, r1] = part(t.qr.n * t.qr.g, 1, tid, nt);
+    auto [r0, r1] = thread_part(t.qr.n * t.qr.g, tid, nt);
     RADIXLM_ISA_CALL(isa, attend_softmax, t.qr, t.rows, sh.scores.data() + sh.score_at[i - sh.first],
                      sh.inv_sum.data() + sh.inv_at[i - sh.first], r0, r1);
   }
@@ -170,7 +164,7 @@ void run_shared_typed(const std::vector<AttentionTask>& tasks, const at::Tensor&
   const int64_t cb = RADIXLM_ISA_CALL(isa, value_chunks<DC>);
   for (int64_t i = sh.first; i < count; ++i) {  // values: blocks of cb 16-dim chunks
     const AttentionTask& t = tasks[i];
-    auto [c0, c1] = part(DC, cb, tid, nt);
+    auto [c0, c1] = thread_part(DC, tid, nt, cb);
     if (c0 < c1) {
       RADIXLM_ISA_CALL(isa, attend_values<DC>, t.qr, vd + t.head * v.stride(0), t.rows,
                        sh.scores.data() + sh.score_at[i - sh.first], sh.inv_sum.data() + sh.inv_at[i - sh.first],
@@ -190,7 +184,7 @@ SharedAttention plan_shared_attention(const std::vector<AttentionTask>& tasks, i
     const int64_t r_count = tasks[i].qr.n * tasks[i].qr.g;
     sh.score_at.push_back(scores);
     sh.inv_at.push_back(inv);
-    scores += r_count * ((tasks[i].rows.len + 15) / 16 * 16);
+    scores += r_count * radixlm_portable::score_stride(tasks[i].rows);  // the same in every path's namespace
     inv += r_count;
   }
   sh.scores.assign(scores, 0.f);

@@ -68,12 +68,6 @@ void check_layer(const at::Tensor& x, const at::Tensor& residual, const at::Tens
   TORCH_CHECK(loc.numel() == t && loc.scalar_type() == at::kLong && loc.is_contiguous(), "loc must be int64 [T]");
 }
 
-// The part [b, e) of count items that thread `tid` of `nt` takes.
-std::pair<int64_t, int64_t> share(int64_t count, int tid, int nt) {
-  const int64_t per = (count + nt - 1) / nt, b = std::min(count, tid * per);
-  return {b, std::min(count, b + per)};
-}
-
 // One layer's weights (views of the op's list, 15 per layer).
 struct LayerWeights {
   const at::Tensor &norm1, &bias, &norm2;
@@ -145,9 +139,9 @@ struct LayerCall {
 void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cache, at::Tensor& v_cache,
                   LayerBuffers& b, int tid, int nt, Scratch& scratch) {
   const int64_t bits = lw.qkv.bits;
-  auto [r0, r1] = share(c.x.size(0), tid, nt);
+  auto [r0, r1] = thread_part(c.x.size(0), tid, nt);
   auto tiles = [&](const QuantWeightRef& wt, const Activations& xq, at::Tensor& y) {
-    auto [t0, t1] = share(wt.n() / 16, tid, nt);
+    auto [t0, t1] = thread_part(wt.n() / 16, tid, nt);
     if (t0 < t1) linear_tiles(wt, xq, t0, t1, y, c.isa);
   };
   if (r0 < r1) {
@@ -162,7 +156,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
     rope_store_range(b.qkv, c.cos, c.sin, k_cache, v_cache, c.loc, r0, r1, b.q, c.isa);
   }
 #pragma omp barrier
-  auto [a0, a1] = share(c.shared.first, tid, nt);
+  auto [a0, a1] = thread_part(c.shared.first, tid, nt);
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
   run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
 #pragma omp barrier

@@ -4,10 +4,11 @@ ops, so torch.compile calls them as opaque kernels.
 
 One build serves every CPU: each kernel body is compiled once per instruction set (``PATHS``: portable C++,
 AVX2 + FMA + F16C, AVX512 with VNNI, and AVX512-BF16 for bfloat16 attention on x86-64; portable C++ and NEON
-with dotprod on AArch64, ``MACHINE_PATHS``) and every op takes the path to run as its last argument. ``resolve("auto")`` gives the fastest path this CPU has; a path it lacks is a
-ValueError here and an error in the op, never an illegal instruction. The build runs on first use with
-torch's extension builder (cached under ``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions);
-where it fails (no compiler), ``available()`` is False and callers keep torch's own ops.
+with dotprod on AArch64, ``MACHINE_PATHS``) and every op takes the path to run as its last argument.
+``resolve("auto")`` gives the fastest path this CPU has; a path it lacks is a ValueError here and an error in
+the op, never an illegal instruction. The build runs on first use with torch's extension builder (cached
+under ``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions); where it fails (no compiler),
+``available()`` is False and callers keep torch's own ops.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "cpu_types.h"
@@ -20,6 +22,13 @@ struct QuantWeightRef {
   int64_t n() const;  // output rows
   int64_t k() const;  // input columns
 };
+
+// The part [b, e) of count items that thread `tid` of `nt` takes: equal shares in thread order, b and e
+// multiples of `unit` (except e = count at the end).
+inline std::pair<int64_t, int64_t> thread_part(int64_t count, int tid, int nt, int64_t unit = 1) {
+  const int64_t per = ((count + nt - 1) / nt + unit - 1) / unit * unit, b = std::min(count, tid * per);
+  return {b, std::min(count, b + per)};
+}
 
 void check_weight(const QuantWeightRef& w);  // a TORCH_CHECK naming what is wrong
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);

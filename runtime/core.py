@@ -12,6 +12,7 @@ import torch
 from radixlm.constrained import GrammarCache, make_backend
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.decode.text import ids_to_text
 from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.messages import GenerateReq
 from radixlm.runtime.model.distributed import PlanBroadcaster
@@ -39,6 +40,7 @@ class EngineCore:
             kind, _ = resolve_quantization(cfg.load.quantization, None, next(model.parameters()).device)
             cfg = cfg.replace(quantization=kind)
         self.config, self.model, self.tokenizer, self.dtype = cfg, model, tokenizer, dtype
+        self._ids_to_text = ids_to_text(tokenizer, True) if tokenizer is not None else None
         self.runner = ModelRunner(model, cfg, dtype)
         if tp_group is not None:  # every forward is broadcast to the other ranks first
             self.runner.plan_sink = PlanBroadcaster(self.runner.req_to_token.table, tp_group)
@@ -67,7 +69,7 @@ class EngineCore:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""
+        return self._ids_to_text(ids) if self._ids_to_text is not None else ""
 
     def grammar_cache(self) -> GrammarCache:
         if self._grammars is None:
