@@ -29,21 +29,27 @@ namespace {
 
 constexpr int kWeights = 15;
 
-// Tokens [t0, t1): q rotated into q [T, Hq, D]; k rotated and v stored into the pools.
-void rope_store_range(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_cache,
-                      at::Tensor& v_cache, const at::Tensor& loc, int64_t t0, int64_t t1, at::Tensor& q, int64_t isa) {
+// Tokens [p.r0, p.r1), heads [p.u0, p.u1) of the Hq query then Hkv KV heads of qkv + bias (bias empty: none):
+// q rotated into q [T, Hq, D]; k rotated and v stored into the pools. No torch op: this runs on the region's
+// threads, where torch's thread-local state (inference mode) is not the caller's.
+void rope_store_range(const at::Tensor& qkv, const at::Tensor& bias, const at::Tensor& cos, const at::Tensor& sin,
+                      at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc, const CellPart& p, at::Tensor& q,
+                      int64_t isa) {
   const int64_t hq = q.size(1), hkv = k_cache.size(0), d = k_cache.size(2), stride = k_cache.stride(0);
   dispatch_float_bf16(qkv, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* src = qkv.data_ptr<T>();
+    const T* bd = bias.numel() > 0 ? bias.data_ptr<T>() : nullptr;
     const float* cd = cos.data_ptr<float>();
     const float* sd = sin.data_ptr<float>();
     const int64_t* ld = loc.data_ptr<int64_t>();
     T *qd = q.data_ptr<T>(), *kd = k_cache.data_ptr<T>(), *vd = v_cache.data_ptr<T>();
     if (d == 64) {
-      RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, t0, t1, hq, hkv, cd, sd, ld, qd, kd, vd, stride);
+      RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, ld, qd, kd, vd,
+                       stride);
     } else {
-      RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, t0, t1, hq, hkv, cd, sd, ld, qd, kd, vd, stride);
+      RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, ld, qd, kd, vd,
+                       stride);
     }
   });
 }
@@ -92,6 +98,9 @@ void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType 
   TORCH_CHECK(lw.qkv.k() == hidden && lw.qkv.n() == (num_heads + 2 * hkv) * d && lw.o.k() == num_heads * d &&
               lw.o.n() == hidden && lw.gate_up.k() == hidden && lw.down.n() == hidden &&
               lw.down.k() * 2 == lw.gate_up.n(), "weights: shapes disagree with the model");
+  TORCH_CHECK(lw.bias.numel() == 0 || (lw.bias.numel() == lw.qkv.n() && lw.bias.is_contiguous() &&
+                                       lw.bias.scalar_type() == dtype),
+              "the qkv bias must be empty or [(Hq + 2 Hkv) D] in the pools' dtype");
 }
 
 // The buffers every layer of one call reuses, carved from the workspace (grown when a batch needs more).
@@ -138,42 +147,47 @@ struct LayerCall {
 // with a barrier between them. x [T, H] is read in the first phase and overwritten by the last.
 void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cache, at::Tensor& v_cache,
                   LayerBuffers& b, int tid, int nt, Scratch& scratch) {
-  const int64_t bits = lw.qkv.bits;
-  auto [r0, r1] = thread_part(c.x.size(0), tid, nt);
+  const int64_t bits = lw.qkv.bits, t = c.x.size(0);
+  auto [r0, r1] = thread_part(t, tid, nt);  // the norms' rows (a row's norm is one reduction)
+  const int64_t hidden_blocks = c.x.size(1) / 64, head_count = b.q.size(1) + k_cache.size(0);
+  // the elementwise phases' cells: RoPE's heads, the matmul inputs' 64-blocks
+  const CellPart heads = cell_part(t, head_count, tid, nt);
+  const CellPart attn_blocks = cell_part(t, b.attn.size(1) / 64, tid, nt);
+  const CellPart act_blocks = cell_part(t, b.act.size(1) / 64, tid, nt);
   auto tiles = [&](const QuantWeightRef& wt, const Activations& xq, at::Tensor& y) {
     auto [t0, t1] = thread_part(wt.n() / 16, tid, nt);
     if (t0 < t1) linear_tiles(wt, xq, t0, t1, y, c.isa);
   };
   if (r0 < r1) {
     rms_norm_range(c.x, &c.residual, lw.norm1, c.eps, r0, r1, b.h, c.isa);
-    prepare_range(b.h, r0, r1, b.xh, bits, c.isa);
+    prepare_range(b.h, r0, r1, 0, hidden_blocks, b.xh, bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.qkv, b.xh, b.qkv);
 #pragma omp barrier
-  if (r0 < r1) {
-    if (lw.bias.numel() > 0) b.qkv.narrow(0, r0, r1 - r0).add_(lw.bias);
-    rope_store_range(b.qkv, c.cos, c.sin, k_cache, v_cache, c.loc, r0, r1, b.q, c.isa);
-  }
+  if (!heads.empty()) rope_store_range(b.qkv, lw.bias, c.cos, c.sin, k_cache, v_cache, c.loc, heads, b.q, c.isa);
 #pragma omp barrier
   auto [a0, a1] = thread_part(c.shared.first, tid, nt);
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
   run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
 #pragma omp barrier
-  if (r0 < r1) prepare_range(b.attn, r0, r1, b.xattn, bits, c.isa);
+  if (!attn_blocks.empty()) {
+    prepare_range(b.attn, attn_blocks.r0, attn_blocks.r1, attn_blocks.u0, attn_blocks.u1, b.xattn, bits, c.isa);
+  }
 #pragma omp barrier
   tiles(lw.o, b.xattn, b.o);
 #pragma omp barrier
   if (r0 < r1) {
     rms_norm_range(b.o, &c.residual, lw.norm2, c.eps, r0, r1, b.h2, c.isa);
-    prepare_range(b.h2, r0, r1, b.xh2, bits, c.isa);
+    prepare_range(b.h2, r0, r1, 0, hidden_blocks, b.xh2, bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.gate_up, b.xh2, b.gu);
 #pragma omp barrier
-  if (r0 < r1) {
-    silu_mul_range(b.gu, r0, r1, b.act, c.isa);
-    prepare_range(b.act, r0, r1, b.xact, bits, c.isa);
+  if (!act_blocks.empty()) {
+    const CellPart& a = act_blocks;
+    silu_mul_range(b.gu, a.r0, a.r1, a.u0 * 64, a.u1 * 64, b.act, c.isa);
+    prepare_range(b.act, a.r0, a.r1, a.u0, a.u1, b.xact, bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.down, b.xact, c.x);

@@ -9,13 +9,14 @@ constexpr int kBlock = 64;
 constexpr int kPrefetch = 8;   // groups of 32 ahead (256 bytes of int4 codes each)
 constexpr int kPrefetch8 = 4;  // int8 blocks of 64 ahead (1 KB each)
 
-// x rows [r0, r1) quantized per 64-block: q int8, a = max|x| / 127 per block, s = sum(q) per group of 32,
-// t = a * s per group (int4's minimum term).
+// x rows [r0, r1), blocks [b0, b1) of each, quantized per 64-block (a block's result depends on nothing
+// else): q int8, a = max|x| / 127 per block, s = sum(q) per group of 32, t = a * s per group (int4's minimum
+// term).
 template <typename T>
-void quantize_rows(const T* x, int64_t r0, int64_t r1, const QuantizedX& out) {
+void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, const QuantizedX& out) {
   const int64_t k = out.k, nb = out.nb;
   for (int64_t i = r0; i < r1; ++i) {
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       const T* src = x + i * k + b * kBlock;
       F16 v[4];
       F16 amax = fzero();
@@ -129,11 +130,11 @@ void int8_tiles(const int8_t* q, const float* s, int64_t n, int64_t t0, int64_t 
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int8_tile<decltype(mt)::value>(q, s, n, t, xq, m0, y); });
 }
 
-// rows [r0, r1) of x [M, K] (T) -> float32 xf [M, K]
+// rows [r0, r1), columns [j0, j1) (multiples of 16) of x [M, K] (T) -> float32 xf [M, K]
 template <typename T>
-void widen_rows(const T* x, int64_t r0, int64_t r1, int64_t k, float* xf) {
+void widen_rows(const T* x, int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, float* xf) {
   for (int64_t i = r0; i < r1; ++i) {
-    for (int64_t j = 0; j < k; j += 16) fstore(xf + i * k + j, fload(x + i * k + j));
+    for (int64_t j = j0; j < j1; j += 16) fstore(xf + i * k + j, fload(x + i * k + j));
   }
 }
 

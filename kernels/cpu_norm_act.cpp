@@ -38,10 +38,12 @@ void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor&
   });
 }
 
-void silu_mul_range(const at::Tensor& gate_up, int64_t r0, int64_t r1, at::Tensor& out, int64_t isa) {
+void silu_mul_range(const at::Tensor& gate_up, int64_t r0, int64_t r1, int64_t j0, int64_t j1, at::Tensor& out,
+                    int64_t isa) {
   dispatch_float_bf16(gate_up, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    RADIXLM_ISA_CALL(isa, silu_mul_rows<T>, gate_up.data_ptr<T>(), r0, r1, gate_up.size(1) / 2, out.data_ptr<T>());
+    RADIXLM_ISA_CALL(isa, silu_mul_rows<T>, gate_up.data_ptr<T>(), r0, r1, j0, j1, gate_up.size(1) / 2,
+                     out.data_ptr<T>());
   });
 }
 
@@ -68,7 +70,9 @@ at::Tensor silu_mul(const at::Tensor& gate_up, int64_t isa) {
   TORCH_CHECK(gate_up.scalar_type() == at::kFloat || gate_up.scalar_type() == at::kBFloat16,
               "gate_up must be float32 or bfloat16");
   at::Tensor out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options());
-  at::parallel_for(0, gate_up.size(0), 4, [&](int64_t r0, int64_t r1) { silu_mul_range(gate_up, r0, r1, out, isa); });
+  const int64_t inter = out.size(1);
+  at::parallel_for(0, gate_up.size(0), 4,
+                   [&](int64_t r0, int64_t r1) { silu_mul_range(gate_up, r0, r1, 0, inter, out, isa); });
   return out;
 }
 

@@ -28,12 +28,12 @@ void rms_norm_rows(const T* x, T* res, const T* w, int64_t r0, int64_t r1, int64
   }
 }
 
-// rows [r0, r1) of gate_up [T, 2I] -> silu(gate) * up [T, I]; silu rounded to T before the product, as
-// torch's two ops do.
+// rows [r0, r1), columns [j0, j1) (multiples of 16) of gate_up [T, 2I] -> silu(gate) * up [T, I]; silu
+// rounded to T before the product, as torch's two ops do.
 template <typename T>
-void silu_mul_rows(const T* in, int64_t r0, int64_t r1, int64_t inter, T* out) {
+void silu_mul_rows(const T* in, int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t inter, T* out) {
   for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t j = 0; j < inter; j += 16) {
+    for (int64_t j = j0; j < j1; j += 16) {
       const F16 g = fload(in + r * 2 * inter + j);
       F16 act = div(g, add(fset1(1.f), fexp(sub(fzero(), g))));
       if constexpr (std::is_same_v<T, at::BFloat16>) act = round_bf16(act);

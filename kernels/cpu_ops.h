@@ -30,13 +30,31 @@ inline std::pair<int64_t, int64_t> thread_part(int64_t count, int tid, int nt, i
   return {b, std::min(count, b + per)};
 }
 
+// Thread `tid`'s cells of a row-wise phase whose rows split into independent units (64-column blocks, heads):
+// rows [r0, r1) x units [u0, u1). Whole rows when there is a row for every thread, else its part of every
+// row's units, so that no thread idles at batch 1. Each unit is computed alone, so the split never changes bits.
+struct CellPart {
+  int64_t r0, r1, u0, u1;
+  bool empty() const { return r0 >= r1 || u0 >= u1; }
+};
+
+inline CellPart cell_part(int64_t rows, int64_t units, int tid, int nt) {
+  if (rows >= nt) {
+    auto [r0, r1] = thread_part(rows, tid, nt);
+    return {r0, r1, 0, units};
+  }
+  auto [u0, u1] = thread_part(units, tid, nt);
+  return {0, rows, u0, u1};
+}
+
 void check_weight(const QuantWeightRef& w);  // a TORCH_CHECK naming what is wrong
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s, int64_t isa);
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
-// rows [r0, r1) of x prepared for a weight of `bits` (quantized, or widened to float32), then weight tiles
-// [t0, t1) of y = x W^T from them
-void prepare_range(const at::Tensor& x, int64_t r0, int64_t r1, const Activations& a, int64_t bits, int64_t isa);
+// rows [r0, r1), 64-column blocks [b0, b1) of x prepared for a weight of `bits` (quantized, or widened to
+// float32), then weight tiles [t0, t1) of y = x W^T from them
+void prepare_range(const at::Tensor& x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, const Activations& a,
+                   int64_t bits, int64_t isa);
 void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa);
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
@@ -65,6 +83,8 @@ at::Tensor silu_mul(const at::Tensor& gate_up, int64_t isa);
 // rows [r0, r1): residual += x, out = rms_norm(residual) * w (residual may be undefined: out = rms_norm(x) * w)
 void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double eps, int64_t r0, int64_t r1,
                     at::Tensor& out, int64_t isa);
-void silu_mul_range(const at::Tensor& gate_up, int64_t r0, int64_t r1, at::Tensor& out, int64_t isa);
+// rows [r0, r1), output columns [j0, j1) (multiples of 16) of silu(gate) * up
+void silu_mul_range(const at::Tensor& gate_up, int64_t r0, int64_t r1, int64_t j0, int64_t j1, at::Tensor& out,
+                    int64_t isa);
 
 }  // namespace radixlm_cpu

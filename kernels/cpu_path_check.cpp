@@ -125,7 +125,7 @@ void check_matmuls(int64_t m, const char* dtype) {
     std::vector<int32_t> s(m * nb * 2);
     xq_q.assign(m * k, 0);
     const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), k, nb};
-    quantize(x.data(), 0, m, xq);
+    quantize(x.data(), 0, m, 0, nb, xq);
     y4.assign(m * n, T{}), y4n.assign(m * n, T{}), y8.assign(m * n, T{});
     int4(codes.data(), d.data(), mn.data(), n, 0, n / 16, xq, m, y4.data());
     int4(codes.data(), d.data(), nullptr, n, 0, n / 16, xq, m, y4n.data());
@@ -184,6 +184,7 @@ void check_norm_act_rope(const char* dtype) {
   const std::vector<T> x = random_rows<T>(rows * h, 3.f), w = random_rows<T>(h, 1.f);
   const std::vector<T> gu = random_rows<T>(rows * 2 * inter, 8.f), qkv = random_rows<T>(rows * (hq + 2 * hkv) * d, 1.f);
   const std::vector<float> cs = random_rows<float>(rows * d / 2, 1.f), sn = random_rows<float>(rows * d / 2, 1.f);
+  const std::vector<T> bias = random_rows<T>((hq + 2 * hkv) * d, 1.f);  // Qwen2's qkv bias
   const int64_t loc[rows] = {5, 0, 7};
   auto run = [&](auto norm, auto silu, auto rope, std::vector<T>& res, std::vector<T>& normed, std::vector<T>& act,
                  std::vector<T>& qo, std::vector<T>& kc, std::vector<T>& vc) {
@@ -191,8 +192,9 @@ void check_norm_act_rope(const char* dtype) {
     normed.assign(rows * h, T{}), act.assign(rows * inter, T{});
     qo.assign(rows * hq * d, T{}), kc.assign(hkv * slots * d, T{}), vc.assign(hkv * slots * d, T{});
     norm(x.data(), res.data(), w.data(), 0, rows, h, 1e-5f, normed.data());
-    silu(gu.data(), 0, rows, inter, act.data());
-    rope(qkv.data(), 0, rows, hq, hkv, cs.data(), sn.data(), loc, qo.data(), kc.data(), vc.data(), slots * d);
+    silu(gu.data(), 0, rows, 0, inter, inter, act.data());
+    rope(qkv.data(), bias.data(), 0, rows, 0, hq + hkv, hq, hkv, cs.data(), sn.data(), loc, qo.data(), kc.data(),
+         vc.data(), slots * d);
   };
   std::vector<T> p[6], o[6];
   run(radixlm_portable::rms_norm_rows<T>, radixlm_portable::silu_mul_rows<T>, radixlm_portable::rope_store_rows<4, T>,
