@@ -97,7 +97,8 @@ void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType 
               "norm weights must be [H] in the pools' dtype");
   TORCH_CHECK(lw.qkv.k() == hidden && lw.qkv.n() == (num_heads + 2 * hkv) * d && lw.o.k() == num_heads * d &&
               lw.o.n() == hidden && lw.gate_up.k() == hidden && lw.down.n() == hidden &&
-              lw.down.k() * 2 == lw.gate_up.n(), "weights: shapes disagree with the model");
+              lw.down.k() * 2 == lw.gate_up.n() && lw.down.k() % 64 == 0,
+              "weights: shapes disagree with the model (or the intermediate size is not a multiple of 64)");
   TORCH_CHECK(lw.bias.numel() == 0 || (lw.bias.numel() == lw.qkv.n() && lw.bias.is_contiguous() &&
                                        lw.bias.scalar_type() == dtype),
               "the qkv bias must be empty or [(Hq + 2 Hkv) D] in the pools' dtype");

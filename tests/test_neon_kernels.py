@@ -47,17 +47,30 @@ def test_neon_path_equals_the_portable_path_bit_for_bit(harness, cpu):
         assert f"PASS {kernel}" in out.stdout
 
 
-@needs_tools
-@pytest.mark.parametrize("source", ["cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_norm_act.cpp",
-                                    "cpu_token_bitmask.cpp", "cpu_decoder_layer.cpp"])
-def test_the_ops_compile_for_aarch64(source):
-    """The ops' sources (the torch glue, the NEON namespaces, the aarch64 dispatch) compile for AArch64 against
-    torch's headers (syntax and template instantiation; nothing is linked or run)."""
+SOURCES = ["cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_norm_act.cpp", "cpu_token_bitmask.cpp",
+           "cpu_decoder_layer.cpp"]
+
+
+@pytest.fixture(scope="module")
+def aarch64_compiles() -> dict[str, tuple[int, str]]:
+    """Every op source compiled for AArch64 at once (the compiles are independent; together they take the
+    time of the slowest few, not of all five in turn): source -> (return code, stderr)."""
     import sysconfig
 
     from torch.utils.cpp_extension import include_paths
 
     flags = [f"-I{p}" for p in [*include_paths(), sysconfig.get_paths()["include"]]]
-    out = subprocess.run([CXX, "-std=c++17", "-fsyntax-only", "-fopenmp", "-ffp-contract=off", *flags,
-                          os.path.join(KERNELS, source)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    procs = {src: subprocess.Popen([CXX, "-std=c++17", "-fsyntax-only", "-fopenmp", "-ffp-contract=off", *flags,
+                                    os.path.join(KERNELS, src)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True) for src in SOURCES}
+    errors = {src: proc.communicate(timeout=600)[1] for src, proc in procs.items()}  # (reads as it waits)
+    return {src: (procs[src].returncode, errors[src]) for src in SOURCES}
+
+
+@needs_tools
+@pytest.mark.parametrize("source", SOURCES)
+def test_the_ops_compile_for_aarch64(aarch64_compiles, source):
+    """The ops' sources (the torch glue, the NEON namespaces, the aarch64 dispatch) compile for AArch64 against
+    torch's headers (syntax and template instantiation; nothing is linked or run)."""
+    code, stderr = aarch64_compiles[source]
+    assert code == 0, stderr[-3000:]
