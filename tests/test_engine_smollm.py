@@ -25,20 +25,28 @@ def prompts(smol_tokenizer):
     return [ids[i * 7: i * 7 + n] for i, n in enumerate(LENGTHS)]  # different starts and lengths
 
 
+def hf_greedy(hf_model, ids: list[int]) -> tuple[list[int], torch.Tensor]:
+    """transformers' greedy tokens (cut after EOS) and prompt logprobs for one prompt: the prompt's forward
+    pass gives both its logprobs and the cache the greedy steps continue from (what generate() does, without
+    a second pass over the prompt)."""
+    x = torch.tensor([ids])
+    out = hf_model(x, use_cache=True)
+    logp = torch.log_softmax(out.logits[0].float(), dim=-1)
+    prompt_lp = logp[:-1].gather(1, x[0, 1:].unsqueeze(1)).squeeze(1)
+    gen, cache, nxt = [], out.past_key_values, int(out.logits[0, -1].argmax())
+    while True:
+        gen.append(nxt)
+        if nxt == 2 or len(gen) == NEW_TOKENS:
+            return gen, prompt_lp
+        out = hf_model(torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
+        cache, nxt = out.past_key_values, int(out.logits[0, -1].argmax())
+
+
 @pytest.fixture(scope="module")
 def reference(hf_model, prompts):
     """HF greedy tokens (cut after EOS) and prompt logprobs, one prompt at a time."""
-    out = []
     with torch.no_grad():
-        for ids in prompts:
-            x = torch.tensor([ids])
-            gen = hf_model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(ids):].tolist()
-            if 2 in gen:
-                gen = gen[: gen.index(2) + 1]
-            logp = torch.log_softmax(hf_model(x).logits[0].float(), dim=-1)
-            prompt_lp = logp[:-1].gather(1, x[0, 1:].unsqueeze(1)).squeeze(1)
-            out.append((gen, prompt_lp))
-    return out
+        return [hf_greedy(hf_model, ids) for ids in prompts]
 
 
 def run_engine(model, tokenizer, prompts, **cfg):
