@@ -20,6 +20,7 @@ HEAD64 = dataclasses.replace(TINY, num_heads=4, num_kv_heads=2, head_dim=64, hid
 # 3 KV heads (as SmolLM2): a batch of one decodes 3 attention tasks, so 2 threads share the third stage by stage
 THREE_KV = dataclasses.replace(TINY, num_heads=6, num_kv_heads=3, head_dim=64, hidden_size=192)
 QKV_BIAS = dataclasses.replace(THREE_KV, qkv_bias=True)  # Qwen2's: added by the RoPE kernel, on every thread
+HEAD128 = dataclasses.replace(TINY, num_heads=4, num_kv_heads=2, head_dim=128, hidden_size=256)  # Llama-3-8B's D
 GREEDY = {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True}
 
 
@@ -39,8 +40,9 @@ def scores(result: dict) -> list:
     return [meta["input_token_logprobs"], meta["output_token_logprobs"], result["output_ids"]]
 
 
-@pytest.mark.parametrize(("quantization", "cfg"), [("int4", HEAD64), ("int8", HEAD64), ("int4", QKV_BIAS)],
-                         ids=["int4", "int8", "int4-qkv-bias"])
+@pytest.mark.parametrize(("quantization", "cfg"), [("int4", HEAD64), ("int8", HEAD64), ("int4", QKV_BIAS),
+                                                    ("int8", HEAD128)],
+                         ids=["int4", "int8", "int4-qkv-bias", "int8-head128"])
 def test_quantized_models_run_fused_like_the_layer_by_layer_model(quantization, cfg):
     """The fused layers against the same model run layer by layer in Python on the same kernels (float32:
     only the rotary embedding's rounding differs, which can move an int8 activation code by one), prompt
@@ -74,7 +76,7 @@ def test_bfloat16_dense_models_run_fused_on_the_dense_kernel():
     assert Engine.from_model(random_model(TINY, seed=0), None, quantization="int4").runner.fused is None  # head dim 16
 
 
-@pytest.mark.parametrize("cfg", [HEAD64, THREE_KV, QKV_BIAS], ids=["2kv", "3kv", "3kv-bias"])
+@pytest.mark.parametrize("cfg", [HEAD64, THREE_KV, QKV_BIAS, HEAD128], ids=["2kv", "3kv", "3kv-bias", "head128"])
 def test_a_request_is_the_same_alone_batched_cached_or_chunked(cfg):
     """Bit-identical prompt logprobs (of the last tokens) and output logprobs: alone, in a batch of mixed
     requests, after its prefix was cached by another request, and with chunked prefill of 7 tokens. With 3
