@@ -149,19 +149,19 @@ struct LayerCall {
 void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cache, at::Tensor& v_cache,
                   LayerBuffers& b, int tid, int nt, Scratch& scratch) {
   const int64_t bits = lw.qkv.bits, t = c.x.size(0);
-  auto [r0, r1] = thread_part(t, tid, nt);  // the norms' rows (a row's norm is one reduction)
-  const int64_t hidden_blocks = c.x.size(1) / 64, head_count = b.q.size(1) + k_cache.size(0);
-  // the elementwise phases' cells: RoPE's heads, the matmul inputs' 64-blocks
-  const CellPart heads = cell_part(t, head_count, tid, nt);
+  auto [r0, r1] = thread_part(t, tid, nt);
+  const CellPart norm_rows{r0, r1, 0, c.x.size(1) / 64};  // whole rows: a row's norm is one reduction
+  // the other elementwise phases' cells: RoPE's heads, the matmul inputs' 64-blocks
+  const CellPart heads = cell_part(t, b.q.size(1) + k_cache.size(0), tid, nt);
   const CellPart attn_blocks = cell_part(t, b.attn.size(1) / 64, tid, nt);
   const CellPart act_blocks = cell_part(t, b.act.size(1) / 64, tid, nt);
   auto tiles = [&](const QuantWeightRef& wt, const Activations& xq, at::Tensor& y) {
     auto [t0, t1] = thread_part(wt.n() / 16, tid, nt);
     if (t0 < t1) linear_tiles(wt, xq, t0, t1, y, c.isa);
   };
-  if (r0 < r1) {
+  if (!norm_rows.empty()) {
     rms_norm_range(c.x, &c.residual, lw.norm1, c.eps, r0, r1, b.h, c.isa);
-    prepare_range(b.h, r0, r1, 0, hidden_blocks, b.xh, bits, c.isa);
+    prepare_range(b.h, norm_rows, b.xh, bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.qkv, b.xh, b.qkv);
@@ -172,15 +172,13 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
   run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
 #pragma omp barrier
-  if (!attn_blocks.empty()) {
-    prepare_range(b.attn, attn_blocks.r0, attn_blocks.r1, attn_blocks.u0, attn_blocks.u1, b.xattn, bits, c.isa);
-  }
+  if (!attn_blocks.empty()) prepare_range(b.attn, attn_blocks, b.xattn, bits, c.isa);
 #pragma omp barrier
   tiles(lw.o, b.xattn, b.o);
 #pragma omp barrier
-  if (r0 < r1) {
+  if (!norm_rows.empty()) {
     rms_norm_range(b.o, &c.residual, lw.norm2, c.eps, r0, r1, b.h2, c.isa);
-    prepare_range(b.h2, r0, r1, 0, hidden_blocks, b.xh2, bits, c.isa);
+    prepare_range(b.h2, norm_rows, b.xh2, bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.gate_up, b.xh2, b.gu);
@@ -188,7 +186,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   if (!act_blocks.empty()) {
     const CellPart& a = act_blocks;
     silu_mul_range(b.gu, a.r0, a.r1, a.u0 * 64, a.u1 * 64, b.act, c.isa);
-    prepare_range(b.act, a.r0, a.r1, a.u0, a.u1, b.xact, bits, c.isa);
+    prepare_range(b.act, a, b.xact, bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.down, b.xact, c.x);

@@ -3,8 +3,8 @@
 // `#pragma GCC target` region (cpu_foreach_isa.h): portable C++, AVX2 + FMA + F16C, and AVX512 (F, DQ,
 // BW, VL, VNNI) on x86-64; portable C++ and NEON with dotprod on AArch64. Every op takes the path to run
 // as its last argument (kernels/cpu_ext.py passes the fastest the CPU has; tests pass each in turn); a path
-// the CPU lacks is an error, never an illegal instruction. All paths give bit-identical results (see cpu_vec_portable.h), except the AVX512-BF16
-// attention (bfloat16 dot products in hardware).
+// the CPU lacks is an error, never an illegal instruction. All paths give bit-identical results (see
+// cpu_vec_portable.h), except the AVX512-BF16 attention (bfloat16 dot products in hardware).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -38,7 +38,7 @@ at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
   const int64_t m = x.size(0), k = x.size(1);
   std::vector<char> memory(Activations::bytes(m, k, w.bits) + 64);
   const Activations a = Activations::at(memory.data(), m, k, w.bits);
-  at::parallel_for(0, m, 16, [&](int64_t r0, int64_t r1) { prepare_range(x, r0, r1, 0, k / 64, a, w.bits, isa); });
+  at::parallel_for(0, m, 16, [&](int64_t r0, int64_t r1) { prepare_range(x, {r0, r1, 0, k / 64}, a, w.bits, isa); });
   at::Tensor y = at::empty({m, w.n()}, x.options());
   at::parallel_for(0, w.n() / 16, 4, [&](int64_t t0, int64_t t1) { linear_tiles(w, a, t0, t1, y, isa); });
   return y;
@@ -70,14 +70,13 @@ int64_t QuantWeightRef::k() const {
   return bits == 16 ? data.size(1) : bits == 4 ? scales.size(1) * 32 : data.numel() / std::max<int64_t>(n(), 1);
 }
 
-void prepare_range(const at::Tensor& x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, const Activations& a,
-                   int64_t bits, int64_t isa) {
+void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa) {
   dispatch_float_bf16(x, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (bits == 16) {
-      RADIXLM_ISA_CALL(isa, widen_rows<T>, x.data_ptr<T>(), r0, r1, b0 * 64, b1 * 64, x.size(1), a.xf);
+      RADIXLM_ISA_CALL(isa, widen_rows<T>, x.data_ptr<T>(), p.r0, p.r1, p.u0 * 64, p.u1 * 64, x.size(1), a.xf);
     } else {
-      RADIXLM_ISA_CALL(isa, quantize_rows<T>, x.data_ptr<T>(), r0, r1, b0, b1, a.q);
+      RADIXLM_ISA_CALL(isa, quantize_rows<T>, x.data_ptr<T>(), p.r0, p.r1, p.u0, p.u1, a.q);
     }
   });
 }

@@ -51,10 +51,9 @@ void check_weight(const QuantWeightRef& w);  // a TORCH_CHECK naming what is wro
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s, int64_t isa);
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
-// rows [r0, r1), 64-column blocks [b0, b1) of x prepared for a weight of `bits` (quantized, or widened to
-// float32), then weight tiles [t0, t1) of y = x W^T from them
-void prepare_range(const at::Tensor& x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, const Activations& a,
-                   int64_t bits, int64_t isa);
+// x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),
+// then weight tiles [t0, t1) of y = x W^T from them
+void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa);
 void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa);
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,

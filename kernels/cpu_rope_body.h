@@ -4,11 +4,11 @@
 // Rotate-half RoPE in float32, one rounding: with x = (x1, x2) the two halves of a head,
 // out = (x1 cos - x2 sin, x2 cos + x1 sin); cos, sin [T, D / 2] float32 per token.
 
-// qkv[j] (+ bias[j], rounded to T as torch's add is, when there is a bias) in float32
+// row[j] (+ bias[j], rounded to T as torch's add is, when there is a bias) in float32
 template <typename T>
-inline F16 load_biased(const T* x, const T* bias, int64_t j) {
-  if (bias == nullptr) return fload(x + j);
-  const F16 v = add(fload(x + j), fload(bias + j));
+inline F16 load_biased(const T* row, const T* bias, int64_t j) {
+  if (bias == nullptr) return fload(row + j);
+  const F16 v = add(fload(row + j), fload(bias + j));
   if constexpr (std::is_same_v<T, at::BFloat16>) return round_bf16(v);
   return v;
 }
@@ -28,9 +28,8 @@ void rope_store_rows(const T* qkv, const T* bias, int64_t t0, int64_t t1, int64_
     const float* c = cos + t * HALF;
     const float* s = sin + t * HALF;
     auto rotate = [&](int64_t col, T* out) {  // the head at column col
-      const T* b = bias != nullptr ? bias + col : nullptr;
       for (int j = 0; j < HALF; j += 16) {
-        const F16 x1 = load_biased(row + col, b, j), x2 = load_biased(row + col, b, HALF + j);
+        const F16 x1 = load_biased(row, bias, col + j), x2 = load_biased(row, bias, col + HALF + j);
         const F16 cj = fload(c + j), sj = fload(s + j);
         fstore(out + j, fmadd(x1, cj, mul(sub(fzero(), x2), sj)));
         fstore(out + HALF + j, fmadd(x2, cj, mul(x1, sj)));
@@ -41,7 +40,7 @@ void rope_store_rows(const T* qkv, const T* bias, int64_t t0, int64_t t1, int64_
       rotate((hq + h) * D, k_cache + h * head_stride + loc[t] * D);
       const int64_t col = (hq + hkv + h) * D;
       T* dst = v_cache + h * head_stride + loc[t] * D;
-      for (int j = 0; j < D; j += 16) fstore(dst + j, load_biased(row + col, bias != nullptr ? bias + col : nullptr, j));
+      for (int j = 0; j < D; j += 16) fstore(dst + j, load_biased(row, bias, col + j));
     }
   }
 }
