@@ -1,5 +1,4 @@
-"""Shared fixtures: the embedded SmolLM2 (loaded once per session), a tiny random Llama, a real server, and
-the background jobs that start when collection ends (tests/background.py)."""
+"""Shared fixtures: the embedded SmolLM2 (loaded once per session), a tiny random Llama, HF references."""
 
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ import pytest
 import torch
 
 from radixlm.runtime.config import ModelConfig
-
-from .background import Job
 
 TINY = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-5,
@@ -50,28 +47,12 @@ def smol_model_fp32(smol_files):
     return load_model(smol_files, torch.float32, progress=False)
 
 
-JOBS = pytest.StashKey[dict]()
-
-
-def pytest_collection_finish(session):
-    """Starts the background jobs (tests/background.py) of every module with a selected test."""
-    if session.config.option.collectonly:
-        return
-    jobs = session.config.stash.setdefault(JOBS, {})
-    for module in dict.fromkeys(item.module for item in session.items if hasattr(item, "module")):
-        for name, fn in getattr(module, "BACKGROUND_JOBS", {}).items():
-            jobs.setdefault(name, Job(name, fn))
-
-
-def pytest_sessionfinish(session):
-    for job in session.config.stash.get(JOBS, {}).values():
-        job.close()
-
-
 @pytest.fixture(scope="session")
-def background(request):
-    """``background(name)``: the background job ``name`` of a selected module (``.result()`` waits for it)."""
-    return lambda name: request.config.stash[JOBS][name]
+def hf_model(smol_files):
+    from transformers import AutoModelForCausalLM
+
+    folder, name = os.path.split(smol_files.path)
+    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,49 +2,51 @@
 
 from __future__ import annotations
 
-import os
-import sys
+import json
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from radixlm.runtime.engine import Engine
 
-from .background import Job
-from .hf_reference import NEW_TOKENS, prompt_ids
-
 pytestmark = pytest.mark.slow
-
-
-def transformers_reference(job: Job):
-    """hf_reference.py into the job's folder, in the background from the session's start."""
-    return job.run([sys.executable, os.path.join(os.path.dirname(__file__), "hf_reference.py"), job.tmp],
-                   timeout=1200)
-
-
-BACKGROUND_JOBS = {"transformers reference": transformers_reference}
+LENGTHS = [5, 17, 60, 150, 300, 600, 1000, 1500]
+NEW_TOKENS = 32
+TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
+        "movable metal type, oil-based inks and a wooden press adapted from wine making. Within decades, "
+        "printing shops spread across Europe, books became cheaper, literacy rose, and new ideas in science, "
+        "religion and politics travelled faster than ever before. ")
 
 
 @pytest.fixture(scope="module")
 def prompts(smol_tokenizer):
-    return prompt_ids(smol_tokenizer)
+    ids = smol_tokenizer(TEXT * 40, add_special_tokens=False)["input_ids"]
+    return [ids[i * 7: i * 7 + n] for i, n in enumerate(LENGTHS)]  # different starts and lengths
+
+
+def hf_greedy(hf_model, ids: list[int]) -> tuple[list[int], torch.Tensor]:
+    """transformers' greedy tokens (cut after EOS) and prompt logprobs for one prompt: the prompt's forward
+    pass gives both its logprobs and the cache the greedy steps continue from (what generate() does, without
+    a second pass over the prompt)."""
+    x = torch.tensor([ids])
+    out = hf_model(x, use_cache=True)
+    logp = torch.log_softmax(out.logits[0].float(), dim=-1)
+    prompt_lp = logp[:-1].gather(1, x[0, 1:].unsqueeze(1)).squeeze(1)
+    gen, cache, nxt = [], out.past_key_values, int(out.logits[0, -1].argmax())
+    while True:
+        gen.append(nxt)
+        if nxt == 2 or len(gen) == NEW_TOKENS:
+            return gen, prompt_lp
+        out = hf_model(torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
+        cache, nxt = out.past_key_values, int(out.logits[0, -1].argmax())
 
 
 @pytest.fixture(scope="module")
-def hf_outputs(background) -> str:
-    """The folder hf_reference.py wrote: reference.pt and hf-folder/."""
-    job = background("transformers reference")
-    out = job.result()
-    assert out.returncode == 0, out.stderr[-3000:]
-    return job.tmp
-
-
-@pytest.fixture(scope="module")
-def reference(hf_outputs, prompts):
-    """transformers' greedy tokens (cut after EOS) and prompt logprobs, one prompt at a time."""
-    saved = torch.load(os.path.join(hf_outputs, "reference.pt"))
-    assert saved["prompts"] == prompts
-    return saved["reference"]
+def reference(hf_model, prompts):
+    """HF greedy tokens (cut after EOS) and prompt logprobs, one prompt at a time."""
+    with torch.no_grad():
+        return [hf_greedy(hf_model, ids) for ids in prompts]
 
 
 def run_engine(model, tokenizer, prompts, **cfg):
@@ -73,10 +75,18 @@ def test_greedy_matches_transformers(smol_model_fp32, smol_tokenizer, prompts, r
         assert engine.scheduler.stats["prefill_steps"] > len(prompts)
 
 
-def test_hf_folder_saved_from_gguf_gives_same_tokens(hf_outputs, prompts, reference):
-    """transformers' model saved as a transformers folder (sharded safetensors) loads and gives its tokens."""
-    folder = os.path.join(hf_outputs, "hf-folder")
-    engine = Engine(folder, dtype="float32")
+def test_hf_folder_saved_from_gguf_gives_same_tokens(tmp_path_factory, hf_model, smol_tokenizer, prompts, reference):
+    folder = tmp_path_factory.mktemp("smol-hf")
+    config = hf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    config["architectures"] = ["LlamaForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    state = {k: v.contiguous() for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}  # tied
+    names = sorted(state)
+    for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):  # two shards
+        save_file({k: state[k] for k in part}, str(folder / f"model-0000{i + 1}-of-00002.safetensors"))
+    smol_tokenizer.save_pretrained(folder)
+    engine = Engine(str(folder), dtype="float32")
     assert engine.model.cfg.architecture == "LlamaForCausalLM"
     res = engine.generate(input_ids=prompts[:4], sampling_params={"temperature": 0, "max_new_tokens": NEW_TOKENS})
     assert [r["output_ids"] for r in res] == [g for g, _ in reference[:4]]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,8 +11,6 @@ import pytest
 import torch
 
 from radixlm.kernels.token_bitmask import apply_token_bitmask_torch, unpack_bitmask
-
-from .background import Job
 
 BITMASK_CHECK = textwrap.dedent("""
     import os
@@ -67,22 +64,18 @@ KERNEL_CHECKS = ["store_kv", "rmsnorm", "rotary", "extend_attention", "decode_at
                  "engine"]
 
 
-def interpreter_checks(job: Job) -> subprocess.CompletedProcess | None:
-    """Every check in one interpreter process (each in its own process spent more on importing torch and
-    Triton than on some checks), in the background from the session's start."""
-    if importlib.util.find_spec("triton") is None:
-        return None
-    return job.run([sys.executable, "kernel_checks.py", ",".join(KERNEL_CHECKS), "cpu"], timeout=900,
-                   env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=os.path.dirname(__file__))
-
-
-BACKGROUND_JOBS = {"triton interpreter checks": interpreter_checks}
+def run_check(names: list[str], device: str, interpret: bool) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"TRITON_INTERPRET": "1"} if interpret else {})}
+    return subprocess.run([sys.executable, "kernel_checks.py", ",".join(names), device], env=env,
+                          capture_output=True, text=True, timeout=900, cwd=os.path.dirname(__file__))
 
 
 @pytest.fixture(scope="module")
-def interpreted(background):
+def interpreted():
+    """Every check in one interpreter process (each in its own process spent more on importing torch and
+    Triton than on some checks)."""
     pytest.importorskip("triton")
-    return background("triton interpreter checks").result()
+    return run_check(KERNEL_CHECKS, "cpu", interpret=True)
 
 
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
@@ -96,6 +89,5 @@ def test_triton_kernel_under_interpreter(interpreted, name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
 def test_triton_kernel_on_cuda(name):
-    out = subprocess.run([sys.executable, "kernel_checks.py", name, "cuda"], capture_output=True, text=True,
-                         timeout=900, cwd=os.path.dirname(__file__))
+    out = run_check([name], "cuda", interpret=False)
     assert out.returncode == 0 and f"ok {name}" in out.stdout, out.stderr[-3000:]

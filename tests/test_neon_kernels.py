@@ -13,12 +13,8 @@ import os
 import re
 import shutil
 import subprocess
-import sysconfig
 
 import pytest
-from torch.utils.cpp_extension import include_paths
-
-from .background import Job
 
 KERNELS = os.path.join(os.path.dirname(__file__), "..", "kernels")
 CXX, QEMU = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
@@ -26,39 +22,13 @@ needs_tools = pytest.mark.skipif(CXX is None or QEMU is None, reason="no aarch64
                                  "(Debian: apt-get install g++-aarch64-linux-gnu qemu-user)")
 
 
-SOURCES = ["cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_norm_act.cpp", "cpu_token_bitmask.cpp",
-           "cpu_decoder_layer.cpp"]
-HARNESS = "cpu_path_check.cpp"
-
-
-def aarch64_builds(job: Job) -> dict[str, tuple[int, str]] | None:
-    """The path-check harness built (into the job's folder), and every op source compiled for AArch64, all at
-    once, in the background from the session's start (the compiles are independent; together they take the
-    time of the slowest few, not of all six in turn): source -> (return code, stderr)."""
-    if CXX is None or QEMU is None:
-        return None
-    flags = [f"-I{p}" for p in [*include_paths(), sysconfig.get_paths()["include"]]]
-    procs = {src: job.start([CXX, "-std=c++17", "-fsyntax-only", "-fopenmp", "-ffp-contract=off", *flags,
-                             os.path.join(KERNELS, src)]) for src in SOURCES}
-    procs[HARNESS] = job.start([CXX, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-o",
-                                os.path.join(job.tmp, "cpu_path_check"), os.path.join(KERNELS, HARNESS)])
-    errors = {src: proc.communicate(timeout=600)[1] for src, proc in procs.items()}  # (reads as it waits)
-    return {src: (procs[src].returncode, errors[src]) for src in procs}
-
-
-BACKGROUND_JOBS = {"aarch64 builds": aarch64_builds}
-
-
 @pytest.fixture(scope="module")
-def builds(background) -> dict[str, tuple[int, str]]:
-    return background("aarch64 builds").result()
-
-
-@pytest.fixture(scope="module")
-def harness(background, builds) -> str:
-    code, stderr = builds[HARNESS]
-    assert code == 0, stderr
-    return os.path.join(background("aarch64 builds").tmp, "cpu_path_check")
+def harness(tmp_path_factory) -> str:
+    exe = str(tmp_path_factory.mktemp("neon") / "cpu_path_check")
+    build = subprocess.run([CXX, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-o", exe,
+                            os.path.join(KERNELS, "cpu_path_check.cpp")], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    return exe
 
 
 def run(exe: str, cpu: str) -> subprocess.CompletedProcess:
@@ -77,10 +47,30 @@ def test_neon_path_equals_the_portable_path_bit_for_bit(harness, cpu):
         assert f"PASS {kernel}" in out.stdout
 
 
+SOURCES = ["cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_norm_act.cpp", "cpu_token_bitmask.cpp",
+           "cpu_decoder_layer.cpp"]
+
+
+@pytest.fixture(scope="module")
+def aarch64_compiles() -> dict[str, tuple[int, str]]:
+    """Every op source compiled for AArch64 at once (the compiles are independent; together they take the
+    time of the slowest few, not of all five in turn): source -> (return code, stderr)."""
+    import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
+
+    flags = [f"-I{p}" for p in [*include_paths(), sysconfig.get_paths()["include"]]]
+    procs = {src: subprocess.Popen([CXX, "-std=c++17", "-fsyntax-only", "-fopenmp", "-ffp-contract=off", *flags,
+                                    os.path.join(KERNELS, src)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True) for src in SOURCES}
+    errors = {src: proc.communicate(timeout=600)[1] for src, proc in procs.items()}  # (reads as it waits)
+    return {src: (procs[src].returncode, errors[src]) for src in SOURCES}
+
+
 @needs_tools
 @pytest.mark.parametrize("source", SOURCES)
-def test_the_ops_compile_for_aarch64(builds, source):
+def test_the_ops_compile_for_aarch64(aarch64_compiles, source):
     """The ops' sources (the torch glue, the NEON namespaces, the aarch64 dispatch) compile for AArch64 against
     torch's headers (syntax and template instantiation; nothing is linked or run)."""
-    code, stderr = builds[source]
+    code, stderr = aarch64_compiles[source]
     assert code == 0, stderr[-3000:]
