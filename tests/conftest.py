@@ -49,10 +49,19 @@ def smol_model_fp32(smol_files):
 
 @pytest.fixture(scope="session")
 def hf_model(smol_files):
+    """transformers' own GGUF loader, the reference independent of ours. Most of its time is repeated work:
+    it parses the file twice (config, then weights) and rebuilds gguf's tensor-name map once per module of
+    the model. Both are pure, so they are memoized for this one load; what it computes is unchanged."""
+    import functools
+    from unittest import mock
+
+    import gguf
     from transformers import AutoModelForCausalLM
 
     folder, name = os.path.split(smol_files.path)
-    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    with mock.patch.object(gguf, "GGUFReader", functools.lru_cache(maxsize=1)(gguf.GGUFReader)), \
+            mock.patch.object(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=4)(gguf.get_tensor_name_map)):
+        return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
 
 
 def pytest_collection_modifyitems(config, items):
