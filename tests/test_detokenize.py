@@ -118,3 +118,46 @@ def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode(smol_tokenizer):
             return "cleaned"
 
     assert ids_to_text(CleaningUp(), True)([1, 2]) == "cleaned"
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_the_detokenizers_rust_tokenizer_decodes_as_transformers(smol_tokenizer, skip):
+    """load_decoder gives the detokenizer the cached Rust tokenizer alone (smol_tokenizer's load wrote the
+    cache and its mark): the same text as transformers' decode for random ids, special tokens included."""
+    from tokenizers import Tokenizer
+
+    from radixlm.runtime.decode.text import ids_to_text
+    from radixlm.runtime.model.tokenizer_files import load_decoder
+
+    decoder = load_decoder(None)
+    assert isinstance(decoder, Tokenizer)
+    fast = ids_to_text(decoder, skip)
+    rng = random.Random(11)
+    for _ in range(300):
+        ids = [rng.randrange(len(smol_tokenizer)) for _ in range(rng.randrange(0, 10))] + [0, 1, 2][: rng.randrange(4)]
+        assert fast(ids) == smol_tokenizer.decode(ids, skip_special_tokens=skip)
+
+
+@pytest.mark.parametrize("mark", ['{"backend_decode": false}', "not json", None])
+def test_without_a_yes_mark_the_detokenizer_keeps_transformers(smol_tokenizer, tmp_path, monkeypatch, mark):
+    """A cache whose mark says transformers' decode differs (spaces cleaned up), is unreadable or missing
+    (a cache from before the mark, or the first load, which wrote none yet) gets transformers' tokenizer."""
+    import pathlib
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from radixlm.runtime.model import tokenizer_files
+    from radixlm.runtime.model.sources import resolve_model
+
+    source = resolve_model(None)
+    real = tokenizer_files._cached_folder(source)
+    monkeypatch.setenv("RADIXLM_CACHE_DIR", str(tmp_path))
+    copy = tokenizer_files._cached_folder(source)
+    shutil.copytree(real, copy)
+    marked = pathlib.Path(copy) / tokenizer_files.DECODE_MARK
+    marked.unlink()
+    if mark is not None:
+        marked.write_text(mark)
+    decoder = tokenizer_files.load_decoder(None)
+    assert not isinstance(decoder, Tokenizer) and decoder.decode([1, 2]) == smol_tokenizer.decode([1, 2])

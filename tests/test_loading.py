@@ -78,7 +78,8 @@ def test_gguf_config_and_dequantized_weights(smol_files):
 
 def test_the_api_and_detokenizer_processes_start_without_torch():
     """The API process and the detokenizer only tokenize: their modules, and finding the model and its
-    tokenizer, import no torch (three processes importing it at once made every server start slower)."""
+    tokenizer, import no torch (three processes importing it at once made every server start slower). The
+    detokenizer, once the tokenizer is cached (the first load here cached it), imports no transformers."""
     import subprocess
     import sys
 
@@ -88,3 +89,10 @@ def test_the_api_and_detokenizer_processes_start_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+    # the detokenizer only decodes: the cached Rust tokenizer alone, without transformers' import either
+    code = ("import sys; import radixlm.runtime.serve.detokenizer_process; "
+            "from radixlm.runtime.model.tokenizer_files import load_decoder; d = load_decoder(None); "
+            "print(type(d).__name__, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Tokenizer []"

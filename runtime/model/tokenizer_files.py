@@ -1,16 +1,23 @@
 """A model's tokenizer through transformers, without torch. A GGUF file's tokenizer is rebuilt from the
 file's metadata, which is slow, so the result is kept in the cache folder keyed by the file and the
-installed transformers; later loads read it back with the fast tokenizer's own class."""
+installed transformers; later loads read it back with the fast tokenizer's own class. The detokenizer, which
+only decodes, reads the cached Rust tokenizer alone (``load_decoder``) where that decodes as transformers
+does."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import tempfile
 
 from radixlm.runtime.model.sources import ModelSource, resolve_model
+
+# written beside a cached tokenizer: whether transformers' decode of it is its Rust backend's decode (no
+# clean-up of spaces), as the transformers that wrote it decides (the cache key includes its version)
+DECODE_MARK = "radixlm_decode.json"
 
 
 def load_tokenizer(model: str | ModelSource | None):
@@ -20,19 +27,46 @@ def load_tokenizer(model: str | ModelSource | None):
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(source.path)
-    cached = os.path.join(cache_dir(), "tokenizers", _tokenizer_key(source.path))
+    cached = _cached_folder(source)
     if os.path.isfile(os.path.join(cached, "tokenizer.json")):
         # what _save_atomically wrote is a fast tokenizer: its class loads it without AutoTokenizer's
         # registry of every model family, whose import costs more than the load, in each process
         from transformers import PreTrainedTokenizerFast
 
-        return PreTrainedTokenizerFast.from_pretrained(cached)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(cached)
+        if not os.path.isfile(os.path.join(cached, DECODE_MARK)):  # a cache written before the mark existed
+            _write_decode_mark(tokenizer, cached)
+        return tokenizer
     from transformers import AutoTokenizer
 
     folder, name = os.path.split(source.path)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     _save_atomically(tokenizer, cached)
     return tokenizer
+
+
+def load_decoder(model: str | ModelSource | None):
+    """The tokenizer as the detokenizer uses it, only to decode: a GGUF file's cached tokenizer as the Rust
+    ``tokenizers.Tokenizer`` alone where transformers' decode is exactly that one's (the mark written with
+    the cache says so), which spares the process transformers' import, most of its startup; else
+    ``load_tokenizer``. runtime.decode.text.ids_to_text takes either."""
+    source = model if isinstance(model, ModelSource) else resolve_model(model)
+    if source.kind == "gguf":
+        cached = _cached_folder(source)
+        try:
+            with open(os.path.join(cached, DECODE_MARK)) as f:
+                backend_decode = json.load(f)["backend_decode"] is True
+        except (OSError, ValueError, KeyError, TypeError):
+            backend_decode = False
+        if backend_decode:
+            from tokenizers import Tokenizer
+
+            return Tokenizer.from_file(os.path.join(cached, "tokenizer.json"))
+    return load_tokenizer(source)
+
+
+def _cached_folder(source: ModelSource) -> str:
+    return os.path.join(cache_dir(), "tokenizers", _tokenizer_key(source.path))
 
 
 def cache_dir() -> str:
@@ -54,7 +88,20 @@ def _save_atomically(tokenizer, folder: str) -> None:
         os.makedirs(os.path.dirname(folder), exist_ok=True)
         tmp = tempfile.mkdtemp(dir=os.path.dirname(folder))
         tokenizer.save_pretrained(tmp)
+        _write_decode_mark(tokenizer, tmp)
         os.replace(tmp, folder)
     except OSError:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_decode_mark(tokenizer, folder: str) -> None:
+    """DECODE_MARK into ``folder``, whole or not at all (written aside, then renamed)."""
+    backend_decode = hasattr(tokenizer, "backend_tokenizer") and not getattr(tokenizer, "clean_up_tokenization_spaces", True)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"backend_decode": backend_decode}, f)
+        os.replace(tmp, os.path.join(folder, DECODE_MARK))
+    except OSError:
+        pass

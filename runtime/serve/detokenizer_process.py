@@ -58,9 +58,9 @@ def run_detokenizer(model: str | None, paths: IpcPaths, parent_pid: int, log_lev
     ctx = zmq.Context()
     ready = push(ctx, paths.ready)
     try:
-        from radixlm.runtime.model.tokenizer_files import load_tokenizer
+        from radixlm.runtime.model.tokenizer_files import load_decoder
 
-        detok = Detokenizer(load_tokenizer(model))
+        detok = Detokenizer(load_decoder(model))
         recv, to_api = pull(ctx, paths.to_detokenizer), push(ctx, paths.to_api)
     except Exception as e:
         ready.send(encode(Ready("detokenizer", error=f"{type(e).__name__}: {e}")))
