@@ -38,7 +38,7 @@ def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None
     cfg = files.config
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(cfg, tp)
-    model = skeleton.to_empty(device="cpu").to(dtype)
+    model = skeleton.to(dtype).to_empty(device="cpu")  # dtype first: no pass over float32 garbage
     total = files.num_tensors()
     weights = files.weights(dtype, int4_blocks) if isinstance(files, GGUFModel) else files.weights(dtype)
     with Progress("Loading weights", total=total, unit="tensor", enabled=progress) as bar:
