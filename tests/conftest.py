@@ -157,8 +157,8 @@ def server_process():
 @pytest.fixture(scope="session")
 def shared_server():
     """One long-lived `radixlm serve --check-invariants` for the modules whose tests leave the server as they
-    found it (agents, lang, constrained serving, lifecycle, reliability): it serves all their workloads one
-    after another, as a real server would, and must still exit cleanly."""
+    found it (agents, dashboard, lang, constrained serving, lifecycle, quantization, reliability): it serves
+    all their workloads one after another, as a real server would, and must still exit cleanly."""
     srv = ServerProcess("--check-invariants", "--max-queued-requests", "400")
     yield srv
     assert srv.stop() == 0

@@ -21,10 +21,11 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 
 @pytest.fixture(scope="module")
-def server(server_process):
-    srv = server_process("--check-invariants")
-    yield srv
-    assert srv.stop() == 0
+def server(shared_server):
+    """The session's shared server, idle and its cache flushed: the tree tests look for this module's prefix."""
+    shared_server.wait_idle()
+    assert httpx.post(f"{shared_server.url}/flush_cache", timeout=30).status_code == 200
+    return shared_server
 
 
 def complete(url: str, prompt: str, max_tokens: int = 4, **headers) -> dict:

@@ -138,30 +138,28 @@ def test_cli_flags_for_quantization_and_true_defaults():
         parser.parse_args(["--quantization", "int3"])
 
 
-def test_server_serves_int4_weights(server_process):
-    """The whole server over HTTP with --quantization int4: a chat completion and a JSON-constrained one."""
+def test_server_serves_int4_weights(shared_server):
+    """The whole server over HTTP on the int4 weights --quantization auto keeps from the embedded Q4_1 file:
+    a chat completion and a JSON-constrained one."""
     import json
 
     import httpx
 
-    srv = server_process("--quantization", "int4", "--max-total-tokens", "4096")
-    try:
-        info = httpx.get(f"{srv.url}/server_info", timeout=5).json()
-        assert info["engine"]["quantization"] == "int4"
-        body = {"model": "default", "messages": [{"role": "user", "content": "Name a colour."}],
-                "max_tokens": 8, "temperature": 0}
-        res = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=120)
-        assert res.status_code == 200 and res.json()["usage"]["completion_tokens"] > 0
-        schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 12}},
-                  "required": ["colour"]}
-        body |= {"max_tokens": 32, "response_format": {"type": "json_schema",
-                                                       "json_schema": {"name": "c", "schema": schema}}}
-        res = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=120)
-        assert res.status_code == 200
-        assert set(json.loads(res.json()["choices"][0]["message"]["content"])) == {"colour"}
-        assert srv.wait_idle()["running"] == 0
-    finally:
-        assert srv.stop() == 0
+    srv = shared_server
+    info = httpx.get(f"{srv.url}/server_info", timeout=5).json()
+    assert info["weights"] == "int4" and info["engine"]["quantization"] == "auto"
+    body = {"model": "default", "messages": [{"role": "user", "content": "Name a colour."}],
+            "max_tokens": 8, "temperature": 0}
+    res = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=120)
+    assert res.status_code == 200 and res.json()["usage"]["completion_tokens"] > 0
+    schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 12}},
+              "required": ["colour"]}
+    body |= {"max_tokens": 32, "response_format": {"type": "json_schema",
+                                                   "json_schema": {"name": "c", "schema": schema}}}
+    res = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=120)
+    assert res.status_code == 200
+    assert set(json.loads(res.json()["choices"][0]["message"]["content"])) == {"colour"}
+    assert srv.wait_idle()["running"] == 0
 
 
 def test_auto_quantization_follows_the_file(smol_files):

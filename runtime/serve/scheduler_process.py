@@ -215,7 +215,8 @@ def run_scheduler(cfg: EngineConfig, paths: IpcPaths, parent_pid: int, log_level
         time.sleep(0.2)
         return
     info = {"max_context": core.max_context, "kv_total": core.cache.alloc.capacity,
-            "dtype": str(core.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
+            "dtype": str(core.dtype).removeprefix("torch."), "weights": core.config.load.quantization,
+            "threads": torch.get_num_threads(),
             "scheduler_pid": os.getpid(), "invariant": not core.runner.invariance_gaps,
             "invariance_gaps": core.runner.invariance_gaps, "device": core.runner.device.type,
             "kernels": kernel_path(core)}
