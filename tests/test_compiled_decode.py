@@ -26,19 +26,33 @@ def ids(n: int, seed: int) -> list[int]:
 
 # head dim 64: radixlm's C++ decode attention and (int4) VNNI matmuls run inside the graph, where the CPU has them
 HEAD64 = dataclasses.replace(TINY, num_heads=2, num_kv_heads=1, head_dim=64)
+# float32 with torch's attention ops (the cascade group's bias included); int4 matmuls with the C++ attention
+# (torch's ops where the CPU has no radixlm kernels). Each pair compiles its graphs once per module.
+KINDS = {"float32": ("none", TINY), "int4-head64": ("int4", HEAD64)}
 
 
-@pytest.fixture(scope="module", params=[("none", TINY), ("int4", TINY), ("int4", HEAD64)],
-                ids=["float32", "int4", "int4-head64"])
-def engines(request):
-    quantization, cfg = request.param
+@pytest.fixture(scope="module")
+def built() -> dict[str, tuple[Engine, Engine]]:
+    """(eager, compiled) engine pairs built so far in this module, by kind: a cold compile is most of this
+    module's time, so each pair is built once whichever test asks first."""
+    return {}
 
-    def make(**extra) -> Engine:
-        return Engine.from_model(random_model(cfg, seed=0), None, quantization=quantization, deterministic=False,
-                                 max_total_tokens=4096, check_invariants=True, **extra)
 
-    compiled = make(enable_torch_compile=True, torch_compile_max_bs=4)
-    return make(), compiled
+def pair(built: dict, kind: str) -> tuple[Engine, Engine]:
+    if kind not in built:
+        quantization, cfg = KINDS[kind]
+
+        def make(**extra) -> Engine:
+            return Engine.from_model(random_model(cfg, seed=0), None, quantization=quantization,
+                                     deterministic=False, max_total_tokens=4096, check_invariants=True, **extra)
+
+        built[kind] = make(), make(enable_torch_compile=True, torch_compile_max_bs=4)
+    return built[kind]
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def engines(request, built):
+    return pair(built, request.param)
 
 
 def run_both(engines, prompts: list[list[int]]) -> tuple[list, list, int]:
@@ -126,8 +140,9 @@ def test_config_errors():
         Engine.from_model(random_model(TINY, seed=0), None, enable_torch_compile=True, torch_compile_max_bs=0)
 
 
-def test_two_engines_run_their_own_models(engines):
+def test_two_engines_run_their_own_models(built):
     """Graphs are cached per engine: another model in the same process (here seed 1) gets its own."""
+    engines = pair(built, "float32")
     other = Engine.from_model(random_model(TINY, seed=1), None, enable_torch_compile=True, max_total_tokens=1024,
                               deterministic=False)
     reference = Engine.from_model(random_model(TINY, seed=1), None, max_total_tokens=1024, deterministic=False)
