@@ -30,7 +30,8 @@ function setupCharts() {
   }
 }
 
-// One SVG line chart; the chart's element carries data-last and data-max of its first line (for tests).
+// One SVG line chart; the chart's element carries data-last and data-max of its first line, data-points and
+// data-t (the newest sample's time) for tests.
 function drawChart(c, samples) {
   const box = document.getElementById("chart-" + c.id);
   const svg = box.querySelector("svg");
@@ -58,6 +59,7 @@ function drawChart(c, samples) {
   box.dataset.last = first.length ? first[first.length - 1] : "";
   box.dataset.max = first.length ? Math.max(...first) : "";
   box.dataset.points = String(samples.length);
+  box.dataset.t = samples.length ? String(samples[samples.length - 1].t) : "";
 }
 
 // An icicle chart: a row per depth, each node as wide as its share of its parent's tokens.
