@@ -33,6 +33,7 @@ from radixlm.runtime.serve.process_utils import scheduler_main, tp_process_name,
 
 log = logging.getLogger("radixlm")
 CHILD_CHECK_S = 0.2
+STOP_GRACE_S = 3.0  # how long a child that started gets to finish after Shutdown
 
 
 class StartupError(RuntimeError):
@@ -47,6 +48,7 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     paths = IpcPaths.create()
     ctx = zmq.Context()
     procs: list[multiprocessing.Process] = []
+    grace = 0.0  # until every child is ready: a failed startup stops them at once, they have nothing to finish
     try:
         tenancy = Tenancy.from_config(server_cfg.api_key, server_cfg.api_keys_file, server_cfg.cache_sharing)
         ready = pull(ctx, paths.ready)
@@ -58,13 +60,14 @@ def launch_server(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
                 tokenizer.chat_template = f.read()
         reasoning_syntax(server_cfg.reasoning_parser, tokenizer.chat_template)  # a bad one fails the startup
         info = _wait_ready(ready, procs, server_cfg.startup_timeout_s, _handshakes(engine_cfg))
+        grace = STOP_GRACE_S
         name = server_cfg.served_model_name or os.path.basename(source.path)
         return asyncio.run(_serve(engine_cfg, server_cfg, paths, procs, tokenizer, info, name, tenancy))
     except (StartupError, ValueError, OSError) as e:
         log.error("startup failed: %s", e)
         return 1
     finally:
-        _stop(ctx, paths, procs)
+        _stop(ctx, paths, procs, grace)
 
 
 def _spawn(engine_cfg: EngineConfig, server_cfg: ServerConfig, paths: IpcPaths) -> list[multiprocessing.Process]:
@@ -233,7 +236,8 @@ async def serve_until_signal(server: uvicorn.Server) -> bool:
     return bool(server.started)
 
 
-def _stop(ctx: zmq.Context, paths: IpcPaths, procs: list[multiprocessing.Process]) -> None:
+def _stop(ctx: zmq.Context, paths: IpcPaths, procs: list[multiprocessing.Process], grace: float) -> None:
+    """Ask each child to shut down, wait up to ``grace`` seconds for it, then terminate (then kill) it."""
     try:
         for addr in (paths.to_scheduler, paths.to_detokenizer):
             sock = push(ctx, addr)
@@ -242,7 +246,7 @@ def _stop(ctx: zmq.Context, paths: IpcPaths, procs: list[multiprocessing.Process
     except zmq.ZMQError:
         pass
     for p in procs:
-        p.join(timeout=3)
+        p.join(timeout=grace)
         if p.is_alive():
             p.terminate()
             p.join(timeout=2)
