@@ -72,12 +72,15 @@ def greedy(url: str, n: int = 32) -> list[list[int]]:
 
 
 @pytest.mark.slow
-def test_tp2_on_gloo_gives_tp1_greedy_tokens(server_process):
-    one = server_process("--dtype", "float32", "--quantization", "none", "--max-total-tokens", "4096")
-    try:
-        expected = greedy(one.url)
-    finally:
-        one.stop()
+def test_tp2_on_gloo_gives_tp1_greedy_tokens(server_process, smol_model_fp32, smol_tokenizer):
+    """TP1's tokens from the in-process engine: a float32 server without TP gives the same (test_server)."""
+    from radixlm.runtime.engine import Engine
+
+    one = Engine.from_model(smol_model_fp32, smol_tokenizer, max_total_tokens=4096)
+    assert one.config.load.quantization == "none"
+    expected = [x["output_ids"] for x in one.generate(PROMPTS, {"temperature": 0, "max_new_tokens": 32,
+                                                                "ignore_eos": True})]
+    one.shutdown()
     two = server_process("--dtype", "float32", "--quantization", "none", "--max-total-tokens", "4096", "--tp-size", "2")
     try:
         info = httpx.get(f"{two.url}/server_info", timeout=5).json()
