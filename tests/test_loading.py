@@ -83,16 +83,16 @@ def test_the_api_and_detokenizer_processes_start_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys; import radixlm.runtime.serve.launch, radixlm.runtime.serve.detokenizer_process; "
-            "from radixlm.runtime.model.tokenizer_files import load_tokenizer; load_tokenizer(None); "
-            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    def printed(code: str) -> str:
+        out = subprocess.run([sys.executable, "-c", f"import sys; {code}"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert printed("import radixlm.runtime.serve.launch, radixlm.runtime.serve.detokenizer_process; "
+                   "from radixlm.runtime.model.tokenizer_files import load_tokenizer; load_tokenizer(None); "
+                   "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))") == "[]"
     # the detokenizer only decodes: the cached Rust tokenizer alone, without transformers' import either
-    code = ("import sys; import radixlm.runtime.serve.detokenizer_process; "
-            "from radixlm.runtime.model.tokenizer_files import load_decoder; d = load_decoder(None); "
-            "print(type(d).__name__, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "Tokenizer []"
+    assert printed("import radixlm.runtime.serve.detokenizer_process; "
+                   "from radixlm.runtime.model.tokenizer_files import load_decoder; d = load_decoder(None); "
+                   "print(type(d).__name__, sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+                   ) == "Tokenizer []"
