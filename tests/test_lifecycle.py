@@ -117,3 +117,4 @@ def test_sigterm_drains(server_process):
     worker.join()
     assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 600
     assert srv.proc.wait(timeout=20) == 0
+    assert "did not stop" not in srv.proc.stdout.read()  # the children took the shutdown request themselves

@@ -34,6 +34,7 @@ from radixlm.runtime.serve.process_utils import scheduler_main, tp_process_name,
 log = logging.getLogger("radixlm")
 CHILD_CHECK_S = 0.2
 STOP_GRACE_S = 3.0  # how long a child that started gets to finish after Shutdown
+SHUTDOWN_LINGER_MS = 200  # how long a Shutdown message may wait for its connection (a local socket)
 
 
 class StartupError(RuntimeError):
@@ -238,16 +239,21 @@ async def serve_until_signal(server: uvicorn.Server) -> bool:
 
 def _stop(ctx: zmq.Context, paths: IpcPaths, procs: list[multiprocessing.Process], grace: float) -> None:
     """Ask each child to shut down, wait up to ``grace`` seconds for it, then terminate (then kill) it."""
-    try:
-        for addr in (paths.to_scheduler, paths.to_detokenizer):
-            sock = push(ctx, addr)
+    for addr in (paths.to_scheduler, paths.to_detokenizer):
+        sock = push(ctx, addr)
+        # the message is queued on a connection still being made: linger lets it out after close (push's
+        # default, no linger, dropped it, and every stop waited out the grace for each child)
+        sock.setsockopt(zmq.LINGER, SHUTDOWN_LINGER_MS if grace > 0 else 0)
+        try:
             sock.send(encode(Shutdown()), zmq.NOBLOCK)
-            sock.close()
-    except zmq.ZMQError:
-        pass
+        except zmq.ZMQError:
+            pass
+        sock.close()
     for p in procs:
         p.join(timeout=grace)
         if p.is_alive():
+            if grace > 0:
+                log.warning("%s did not stop within %.0f s of the shutdown request; terminating it", p.name, grace)
             p.terminate()
             p.join(timeout=2)
         if p.is_alive():
