@@ -97,7 +97,8 @@ def _save_atomically(tokenizer, folder: str) -> None:
 
 def _write_decode_mark(tokenizer, folder: str) -> None:
     """DECODE_MARK into ``folder``, whole or not at all (written aside, then renamed)."""
-    backend_decode = hasattr(tokenizer, "backend_tokenizer") and not getattr(tokenizer, "clean_up_tokenization_spaces", True)
+    cleans_up = getattr(tokenizer, "clean_up_tokenization_spaces", True)
+    backend_decode = hasattr(tokenizer, "backend_tokenizer") and not cleans_up
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
