@@ -5,20 +5,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from tokenizers import Tokenizer
+from radixlm.runtime.model.tokenizer_files import backend_decoder
 
 
 def ids_to_text(tokenizer, skip_special_tokens: bool) -> Callable[[list[int]], str]:
-    """``tokenizer.decode`` for a list of ids. A fast tokenizer that cleans up no spaces decodes in its Rust
-    backend directly, which is all transformers' decode does then, without its per-call argument handling
-    (most of a streamed token's detokenizing time). ``tokenizer`` may also be such a backend alone (a
-    ``tokenizers.Tokenizer``, as tokenizer_files.load_decoder gives the detokenizer)."""
-    if isinstance(tokenizer, Tokenizer):
-        return functools.partial(tokenizer.decode, skip_special_tokens=skip_special_tokens)
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
-        return functools.partial(backend.decode, skip_special_tokens=skip_special_tokens)
-    return functools.partial(tokenizer.decode, skip_special_tokens=skip_special_tokens)
+    """``tokenizer.decode`` for a list of ids: in the Rust backend directly where that is all transformers'
+    decode does (backend_decoder), without its per-call argument handling (most of a streamed token's
+    detokenizing time)."""
+    backend = backend_decoder(tokenizer)
+    decode = backend.decode if backend is not None else tokenizer.decode
+    return functools.partial(decode, skip_special_tokens=skip_special_tokens)
 
 
 class IncrementalText:

@@ -13,6 +13,8 @@ import os
 import shutil
 import tempfile
 
+from tokenizers import Tokenizer
+
 from radixlm.runtime.model.sources import ModelSource, resolve_model
 
 # written beside a cached tokenizer: whether transformers' decode of it is its Rust backend's decode (no
@@ -59,10 +61,18 @@ def load_decoder(model: str | ModelSource | None):
         except (OSError, ValueError, KeyError, TypeError):
             backend_decode = False
         if backend_decode:
-            from tokenizers import Tokenizer
-
             return Tokenizer.from_file(os.path.join(cached, "tokenizer.json"))
     return load_tokenizer(source)
+
+
+def backend_decoder(tokenizer) -> Tokenizer | None:
+    """The Rust backend whose decode is exactly transformers' decode of ``tokenizer`` (a fast tokenizer that
+    cleans up no spaces), or None. ``tokenizer`` may also be such a backend alone (a ``tokenizers.Tokenizer``,
+    as load_decoder gives the detokenizer)."""
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True) else None
 
 
 def _cached_folder(source: ModelSource) -> str:
@@ -97,8 +107,7 @@ def _save_atomically(tokenizer, folder: str) -> None:
 
 def _write_decode_mark(tokenizer, folder: str) -> None:
     """DECODE_MARK into ``folder``, whole or not at all (written aside, then renamed)."""
-    cleans_up = getattr(tokenizer, "clean_up_tokenization_spaces", True)
-    backend_decode = hasattr(tokenizer, "backend_tokenizer") and not cleans_up
+    backend_decode = backend_decoder(tokenizer) is not None
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
