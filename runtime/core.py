@@ -32,29 +32,45 @@ class EngineCore:
                  tp_group=None, progress: bool = True) -> None:
         if cfg.parallel.tp_size > 1 and tp_group is None:
             raise ValueError("tp_size > 1 runs in the server (radixlm serve --tp-size N), not in-process")
+        self._load_tokenizer = None
         if model is None:
             files, model, dtype, cfg = load_for(cfg, progress=progress)
-            tokenizer = files.load_tokenizer()
+            # decoding and the eos id need only the cached Rust tokenizer: transformers' (its import is most
+            # of the load) waits for a request that needs it (jump-forward's encode, a grammar's vocabulary)
+            light = files.light_tokenizer()
+            tokenizer = files.load_tokenizer() if light is None else None
+            self._load_tokenizer = files.load_tokenizer
         else:
             dtype = next(model.parameters()).dtype
             kind, _ = resolve_quantization(cfg.load.quantization, None, next(model.parameters()).device)
             cfg = cfg.replace(quantization=kind)
-        self.config, self.model, self.tokenizer, self.dtype = cfg, model, tokenizer, dtype
-        self._ids_to_text = ids_to_text(tokenizer, True) if tokenizer is not None else None
+            light = None
+        decoder, eos = light if light is not None else (tokenizer, getattr(tokenizer, "eos_token_id", None))
+        self.config, self.model, self._tokenizer, self.dtype = cfg, model, tokenizer, dtype
+        self.has_tokenizer = decoder is not None
+        self._ids_to_text = ids_to_text(decoder, True) if decoder is not None else None
         self.runner = ModelRunner(model, cfg, dtype)
         if tp_group is not None:  # every forward is broadcast to the other ranks first
             self.runner.plan_sink = PlanBroadcaster(self.runner.req_to_token.table, tp_group)
         tree = None if cfg.cache.disable_radix_cache else RadixCache(cfg.cache.page_size, cfg.cache.eviction_policy)
         self.cache = KVCacheManager(self.runner.allocator, self.runner.req_to_token, tree)
         self.eos_ids = model.cfg.eos_token_ids
-        if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in self.eos_ids:
-            self.eos_ids = (*self.eos_ids, tokenizer.eos_token_id)
+        if eos is not None and eos not in self.eos_ids:
+            self.eos_ids = (*self.eos_ids, eos)
         self._grammars: GrammarCache | None = None
-        encode = self.encode if tokenizer is not None else None
+        encode = self.encode if self.has_tokenizer else None
         self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.max_context, self.decode, encode,
-                                   self.grammar_cache if tokenizer is not None else None,
+                                   self.grammar_cache if self.has_tokenizer else None,
                                    cpu_isa=self.runner.cpu_isa)
         self._seed_rng = torch.Generator().manual_seed(cfg.decoding.random_seed)
+
+    @property
+    def tokenizer(self):
+        """transformers' tokenizer (None for a model built without one), loaded on first use where the engine
+        started with the Rust tokenizer alone."""
+        if self._tokenizer is None and self._load_tokenizer is not None:
+            self._tokenizer = self._load_tokenizer()
+        return self._tokenizer
 
     @property
     def max_context(self) -> int:
@@ -87,7 +103,7 @@ class EngineCore:
 
     def make_req(self, msg: GenerateReq) -> Req:
         """The scheduler's state for one request; a request without a seed draws one from the engine's RNG."""
-        if msg.params.stop and self.tokenizer is None:
+        if msg.params.stop and not self.has_tokenizer:
             raise ValueError("sampling_params.stop needs a tokenizer")
         req = Req(msg.rid, msg.input_ids, msg.params, msg.logprob, self.eos_ids, msg.priority, msg.namespace)
         seed = msg.params.seed

@@ -35,11 +35,16 @@ class Engine:
 
     def _setup(self) -> None:
         core = self.core
-        self.config, self.model, self.tokenizer = core.config, core.model, core.tokenizer
+        self.config, self.model = core.config, core.model
         self.runner, self.cache, self.scheduler = core.runner, core.cache, core.scheduler
         self._rids = itertools.count()
         self._streams: dict[str, asyncio.Queue] = {}
         self._driver: asyncio.Task | None = None
+
+    @property
+    def tokenizer(self):
+        """transformers' tokenizer (None if the engine has none), loaded on first use."""
+        return self.core.tokenizer
 
     # ------------------------------------------------------------ building requests
     def build(self, prompt=None, input_ids=None, sampling_params=None, return_logprob: bool = False,
@@ -67,7 +72,7 @@ class Engine:
         texts = [prompt] if isinstance(prompt, str) else list(prompt)
         if not texts or not all(isinstance(t, str) and t for t in texts):
             raise ValueError("prompt: must be a non-empty string or a list of them")
-        if self.tokenizer is None:
+        if not self.core.has_tokenizer:
             raise ValueError("prompt: this engine has no tokenizer; pass input_ids")
         return [self.core.encode(t) for t in texts]
 

@@ -96,3 +96,24 @@ def test_the_api_and_detokenizer_processes_start_without_torch():
                    "from radixlm.runtime.model.tokenizer_files import load_decoder; d = load_decoder(None); "
                    "print(type(d).__name__, sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
                    ) == "Tokenizer []"
+
+
+def test_the_scheduler_starts_with_the_rust_tokenizer_alone(smol_files, smol_tokenizer):
+    """EngineCore, as the scheduler process builds it, decodes with the cached Rust tokenizer and takes the
+    eos id from its saved config, so its start imports no transformers; transformers' tokenizer loads on the
+    first call that needs it (here encode) and then encodes as the fixture's does."""
+    import subprocess
+    import sys
+
+    ids = smol_tokenizer("Hello, world!", add_special_tokens=False)["input_ids"]
+    code = ("import sys; from radixlm.runtime.config import EngineConfig; from radixlm.runtime.core import EngineCore; "
+            "core = EngineCore(EngineConfig.from_flat(max_total_tokens=256), progress=False); "
+            f"print(core.eos_ids, repr(core.decode({ids})), 'transformers' in sys.modules); "
+            "print(core.encode('Hello, world!'), 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    started, used = out.stdout.strip().splitlines()
+    assert started == "(2,) 'Hello, world!' False"
+    assert used == f"{ids} True"
+    rust, eos = smol_files.light_tokenizer()
+    assert eos == smol_tokenizer.eos_token_id == 2 and rust.get_vocab_size() == len(smol_tokenizer)

@@ -12,7 +12,7 @@ import torch
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.model.gguf_header import GGUFHeader
 from radixlm.runtime.model.sources import ModelSource
-from radixlm.runtime.model.tokenizer_files import load_tokenizer
+from radixlm.runtime.model.tokenizer_files import light_tokenizer, load_tokenizer
 
 # GGUF architecture -> HF architecture, and whether llama.cpp permuted Q/K rows for its rotary layout.
 _ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM", True),
@@ -151,6 +151,9 @@ class GGUFModel:
 
     def load_tokenizer(self):
         return load_tokenizer(ModelSource("gguf", self.path))
+
+    def light_tokenizer(self):
+        return light_tokenizer(ModelSource("gguf", self.path))
 
 
 def _hf_name(name: str) -> str:

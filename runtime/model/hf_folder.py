@@ -52,6 +52,9 @@ class HFModel:
     def load_tokenizer(self):
         return load_tokenizer(ModelSource("hf", self.folder))
 
+    def light_tokenizer(self) -> None:
+        return None  # a folder's tokenizer loads through transformers (no cache of radixlm's own)
+
 
 def config_from_hf(raw: dict) -> ModelConfig:
     archs = raw.get("architectures") or []

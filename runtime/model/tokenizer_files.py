@@ -1,8 +1,8 @@
 """A model's tokenizer through transformers, without torch. A GGUF file's tokenizer is rebuilt from the
 file's metadata, which is slow, so the result is kept in the cache folder keyed by the file and the
 installed transformers; later loads read it back with the fast tokenizer's own class. The detokenizer, which
-only decodes, reads the cached Rust tokenizer alone (``load_decoder``) where that decodes as transformers
-does."""
+only decodes, and the scheduler, until a request needs more than decoding, read the cached Rust tokenizer
+alone (``light_tokenizer``) where that decodes as transformers does."""
 
 from __future__ import annotations
 
@@ -48,21 +48,33 @@ def load_tokenizer(model: str | ModelSource | None):
 
 
 def load_decoder(model: str | ModelSource | None):
-    """The tokenizer as the detokenizer uses it, only to decode: a GGUF file's cached tokenizer as the Rust
-    ``tokenizers.Tokenizer`` alone where transformers' decode is exactly that one's (the mark written with
-    the cache says so), which spares the process transformers' import, most of its startup; else
+    """The tokenizer as the detokenizer uses it, only to decode: ``light_tokenizer``'s Rust tokenizer where
+    there is one, which spares the process transformers' import, most of its startup; else
     ``load_tokenizer``. runtime.decode.text.ids_to_text takes either."""
     source = model if isinstance(model, ModelSource) else resolve_model(model)
-    if source.kind == "gguf":
-        cached = _cached_folder(source)
-        try:
-            with open(os.path.join(cached, DECODE_MARK)) as f:
-                backend_decode = json.load(f)["backend_decode"] is True
-        except (OSError, ValueError, KeyError, TypeError):
-            backend_decode = False
-        if backend_decode:
-            return Tokenizer.from_file(os.path.join(cached, "tokenizer.json"))
-    return load_tokenizer(source)
+    light = light_tokenizer(source)
+    return light[0] if light is not None else load_tokenizer(source)
+
+
+def light_tokenizer(source: ModelSource) -> tuple[Tokenizer, int | None] | None:
+    """A GGUF file's cached tokenizer as the Rust ``tokenizers.Tokenizer`` alone, with the eos id that
+    transformers' tokenizer of it has, where transformers' decode is exactly that one's (the mark written
+    with the cache says so); None where there is no such cache (not written yet, an HF folder, a tokenizer
+    that cleans up spaces)."""
+    if source.kind != "gguf":
+        return None
+    cached = _cached_folder(source)
+    try:
+        with open(os.path.join(cached, DECODE_MARK)) as f:
+            if json.load(f)["backend_decode"] is not True:
+                return None
+        with open(os.path.join(cached, "tokenizer_config.json")) as f:
+            eos = json.load(f).get("eos_token")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    tokenizer = Tokenizer.from_file(os.path.join(cached, "tokenizer.json"))
+    eos = eos.get("content") if isinstance(eos, dict) else eos  # saved either as the token or as its fields
+    return tokenizer, tokenizer.token_to_id(eos) if isinstance(eos, str) else None
 
 
 def backend_decoder(tokenizer) -> Tokenizer | None:
