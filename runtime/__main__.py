@@ -2,7 +2,14 @@
 
 import sys
 
-from radixlm.runtime.cli import main
+# `python -m` puts the working directory first on sys.path. In a radixlm checkout its top-level folders
+# (kernels/, lang/, ...) would then shadow installed packages of the same names: transformers imports
+# Hugging Face's `kernels`. radixlm imports through its install, never through that entry, so it goes
+# (unless -P kept it off).
+if not sys.flags.safe_path:
+    del sys.path[0]
+
+from radixlm.runtime.cli import main  # noqa: E402
 
 args = sys.argv[1:]
 sys.exit(main(args if args[:1] in (["serve"], ["generate"], ["router"], ["-h"], ["--help"]) else ["serve", *args]))

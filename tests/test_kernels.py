@@ -47,7 +47,7 @@ def test_torch_bitmask_reference_semantics():
 def test_triton_bitmask_kernel_under_interpreter():
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", BITMASK_CHECK], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-P", "-c", BITMASK_CHECK], env=env, capture_output=True, text=True,
                          timeout=300, cwd=os.path.dirname(__file__))
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
 
@@ -55,7 +55,7 @@ def test_triton_bitmask_kernel_under_interpreter():
 @pytest.mark.gpu
 def test_triton_bitmask_kernel_on_cuda():
     env = {**os.environ, "CHECK_DEVICE": "cuda"}
-    out = subprocess.run([sys.executable, "-c", BITMASK_CHECK], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-P", "-c", BITMASK_CHECK], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
 

@@ -33,4 +33,4 @@ def test_bad_method_and_missing_unconditional():
 
 def test_lang_imports_without_torch():
     code = "import sys, radixlm.lang; assert 'torch' not in sys.modules, 'torch was imported'"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+    assert subprocess.run([sys.executable, "-P", "-c", code], capture_output=True).returncode == 0

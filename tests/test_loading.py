@@ -76,15 +76,16 @@ def test_gguf_config_and_dequantized_weights(smol_files):
     assert name == "model.embed_tokens.weight" and w.dtype == torch.bfloat16 and w.shape == (49152, 576)
 
 
-def test_the_api_and_detokenizer_processes_start_without_torch():
+def test_the_api_and_detokenizer_processes_start_without_torch(smol_tokenizer):
     """The API process and the detokenizer only tokenize: their modules, and finding the model and its
     tokenizer, import no torch (three processes importing it at once made every server start slower). The
-    detokenizer, once the tokenizer is cached (the first load here cached it), imports no transformers."""
+    detokenizer, once the tokenizer is cached (the fixture's load cached it: the first load ever rebuilds it
+    from the GGUF file through transformers, with torch), imports no transformers."""
     import subprocess
     import sys
 
     def printed(code: str) -> str:
-        out = subprocess.run([sys.executable, "-c", f"import sys; {code}"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-P", "-c", f"import sys; {code}"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
 
