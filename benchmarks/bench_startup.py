@@ -1,4 +1,6 @@
-"""Time from `radixlm serve` to a 200 from /health, and the same for llama.cpp's llama-server on the same file.
+"""Time from `radixlm serve` to a 200 from /health, and the same for llama.cpp's llama-server on the same file;
+then the latency of the first requests: a short chat completion sent the moment /health answers, and after
+IDLE_S with nothing to do a JSON-schema-constrained one (the first that needs the grammar backend).
 
     python benchmarks/bench_startup.py [--repeats 3] [--llama-server PATH] [--out benchmarks/results/FILE.json]
 
@@ -18,19 +20,41 @@ import subprocess
 import sys
 import time
 
+import httpx
+
 sys.path.insert(0, os.path.dirname(__file__))
 from common import cpu_description, smollm_path, wait_healthy  # noqa: E402
 
 PORT = 31555
 
 
-def time_to_health(cmd: list[str]) -> float:
-    """Seconds from the spawn of ``cmd`` to its first 200 on /health; the process tree is then stopped."""
+IDLE_S = 3.0
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def timed_chat(url: str, content: str, **extra) -> float:
+    """Seconds for one greedy chat completion (a failed request counts as nan)."""
+    body = {"model": "default", "messages": [{"role": "user", "content": content}], "max_tokens": 16,
+            "temperature": 0, **extra}
+    start = time.perf_counter()
+    ok = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).status_code == 200
+    return time.perf_counter() - start if ok else float("nan")
+
+
+def start_and_probe(cmd: list[str]) -> dict[str, float]:
+    """Seconds from the spawn of ``cmd`` to its first 200 on /health, then the first requests' latencies; the
+    process tree is then stopped."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{PORT}"
     try:
-        wait_healthy(proc, f"http://127.0.0.1:{PORT}", poll=0.05)
-        return time.perf_counter() - start
+        wait_healthy(proc, url, poll=0.05)
+        out = {"health": time.perf_counter() - start, "first_request": timed_chat(url, "Say hi")}
+        time.sleep(IDLE_S)
+        schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+        out["first_json_after_idle"] = timed_chat(url, "A person as JSON", response_format=schema)
+        return out
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -51,14 +75,17 @@ def main() -> None:
     systems = {"radixlm serve": [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(PORT)]}
     if os.path.exists(args.llama_server):
         systems["llama-server"] = [args.llama_server, "-m", model, "--port", str(PORT), "-t", str(os.cpu_count())]
-    time_to_health(systems["radixlm serve"])  # the first start builds or loads what later starts reuse
-    results = {name: [time_to_health(cmd) for _ in range(args.repeats)] for name, cmd in systems.items()}
+    start_and_probe(systems["radixlm serve"])  # the first start builds or loads what later starts reuse
+    results = {name: [start_and_probe(cmd) for _ in range(args.repeats)] for name, cmd in systems.items()}
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Q4_1, median of {args.repeats}")
-    base = statistics.median(results.get("llama-server", [float("nan")]))
-    for name, times in results.items():
-        med = statistics.median(times)
-        print(f"{name:14s} {med:6.2f} s to /health ({med / base:.2f}x llama-server)  runs: "
-              + ", ".join(f"{t:.2f}" for t in times))
+    base = statistics.median(r["health"] for r in results.get("llama-server", [{"health": float("nan")}]))
+    for name, runs in results.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        ratio = f" ({med['health'] / base:.2f}x llama-server)" if "llama-server" in results else ""
+        print(f"{name:14s} {med['health']:6.2f} s to /health{ratio}, "
+              f"first request {med['first_request'] * 1000:.0f} ms, first JSON-schema request after {IDLE_S:.0f} s "
+              f"idle {med['first_json_after_idle'] * 1000:.0f} ms;  runs to /health: "
+              + ", ".join(f"{r['health']:.2f}" for r in runs))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "seconds": results}, f,

@@ -87,6 +87,12 @@ class EngineCore:
     def decode(self, ids: list[int]) -> str:
         return self._ids_to_text(ids) if self._ids_to_text is not None else ""
 
+    def warm_up(self) -> None:
+        """Loads what the start deferred (transformers' tokenizer, the grammar backend's vocabulary), so that
+        the first request needing them does not wait for it; the scheduler process calls it once when idle."""
+        if self.has_tokenizer:
+            self.grammar_cache()
+
     def grammar_cache(self) -> GrammarCache:
         if self._grammars is None:
             backend = make_backend(self.config.decoding.grammar_backend, self.tokenizer, self.vocab_size,

@@ -110,11 +110,13 @@ def test_the_scheduler_starts_with_the_rust_tokenizer_alone(smol_files, smol_tok
     code = ("import sys; from radixlm.runtime.config import EngineConfig; from radixlm.runtime.core import EngineCore; "
             "core = EngineCore(EngineConfig.from_flat(max_total_tokens=256), progress=False); "
             f"print(core.eos_ids, repr(core.decode({ids})), 'transformers' in sys.modules); "
-            "print(core.encode('Hello, world!'), 'transformers' in sys.modules)")
+            "print(core.encode('Hello, world!'), 'transformers' in sys.modules); "
+            "core.warm_up(); print('xgrammar' in sys.modules)")
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    started, used = out.stdout.strip().splitlines()
+    started, used, warmed = out.stdout.strip().splitlines()
     assert started == "(2,) 'Hello, world!' False"
     assert used == f"{ids} True"
+    assert warmed == "True"  # warm_up (the scheduler process's, when idle) built the grammar backend
     rust, eos = smol_files.light_tokenizer()
     assert eos == smol_tokenizer.eos_token_id == 2 and rust.get_vocab_size() == len(smol_tokenizer)

@@ -38,6 +38,9 @@ from radixlm.runtime.serve.process_utils import die_with_parent, parent_alive
 log = logging.getLogger("radixlm.scheduler")
 STATS_INTERVAL_S = 0.25
 TEST_HANG_ENV = "RADIXLM_TEST_HANG_AFTER_STEPS"
+# the deferred loads wait for this long a pause, so that they do not hold up a client's first request, which
+# often comes the moment /health answers
+WARM_UP_IDLE_S = 1.0
 
 
 class SchedulerProcess:
@@ -52,6 +55,8 @@ class SchedulerProcess:
         self.running = True
         self.held: dict[str, TokenUpdate] = {}  # rid -> tokens not sent yet (stream_interval > 1)
         self.interval = stream_interval
+        self.warmed = False  # the core's deferred parts loaded (after WARM_UP_IDLE_S with nothing to do)
+        self.active_at = time.monotonic()  # when the loop last had work or a message
         # test-only: after this many steps, the next step never returns (what the API's watchdog must see)
         hang = os.environ.get(TEST_HANG_ENV)
         self.steps_before_hang = int(hang) if hang else None
@@ -61,6 +66,11 @@ class SchedulerProcess:
             busy = self.sched.has_work()
             if self.recv.poll(0 if busy else 50):
                 self._drain()
+                self.active_at = time.monotonic()
+            elif busy:
+                self.active_at = time.monotonic()
+            elif not self.warmed and time.monotonic() - self.active_at >= WARM_UP_IDLE_S:
+                self._warm_up()
             if self.sched.has_work():
                 self._maybe_hang()
                 outputs = self.sched.step()
@@ -71,6 +81,15 @@ class SchedulerProcess:
                 if tokens:
                     self.to_detok.send(encode(TokenBatch(tokens)))
             self._maybe_send_stats()
+
+    def _warm_up(self) -> None:
+        """Once, with nothing to do: the core's deferred loads. A failure is logged and left to the first
+        request that needs the part, which reports it as its own error."""
+        self.warmed = True
+        try:
+            self.core.warm_up()
+        except Exception:  # noqa: BLE001 - logged; the request path raises it again where it matters
+            log.exception("warming up the tokenizer and the grammar backend failed")
 
     def _maybe_hang(self) -> None:
         if self.steps_before_hang is not None:
