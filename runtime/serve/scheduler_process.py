@@ -86,10 +86,13 @@ class SchedulerProcess:
         """Once, with nothing to do: the core's deferred loads. A failure is logged and left to the first
         request that needs the part, which reports it as its own error."""
         self.warmed = True
+        start = time.perf_counter()
         try:
             self.core.warm_up()
         except Exception:  # noqa: BLE001 - logged; the request path raises it again where it matters
             log.exception("warming up the tokenizer and the grammar backend failed")
+            return
+        log.info("idle: tokenizer and grammar backend loaded in %.2f s", time.perf_counter() - start)
 
     def _maybe_hang(self) -> None:
         if self.steps_before_hang is not None:
