@@ -13,6 +13,8 @@ under ``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions); where it 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import glob
 import hashlib
@@ -51,8 +53,9 @@ def available() -> bool:
     start = time.monotonic()
     bar = tqdm(total=1, desc="radixlm CPU kernels (built once per machine)", disable=not sys.stderr.isatty())
     try:
-        cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
-                           extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+        with exclusive_build(build_directory()):
+            cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
+                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, ...: torch's ops stay in use
         log.warning("radixlm's CPU kernels did not build (%s); using torch's ops", exc)
         return False
@@ -62,6 +65,27 @@ def available() -> bool:
         log.info("built radixlm's CPU kernels in %.0f s", time.monotonic() - start)
     _register_fakes()
     return True
+
+
+def build_directory() -> str:
+    """The folder torch's extension builder uses for these kernels (under TORCH_EXTENSIONS_DIR)."""
+    from torch.utils import cpp_extension
+
+    return cpp_extension._get_build_directory("radixlm_cpu_kernels", verbose=False)
+
+
+@contextlib.contextmanager
+def exclusive_build(folder: str):
+    """Holds an flock on ``folder`` for one process's build-or-load at a time; the kernel releases it when its
+    holder dies. torch's own lock file is removed under it: a build killed midway (Ctrl-C on a first start)
+    leaves that file behind, and every later start would wait on it forever; while this flock is held, no live
+    build of ours holds it."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "radixlm.flock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, "lock"))
+        yield
 
 
 @functools.cache

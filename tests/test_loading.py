@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from radixlm.kernels import cpu_ext
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.model import sources as model_files
 from radixlm.runtime.model.loader import open_model
@@ -120,3 +121,19 @@ def test_the_scheduler_starts_with_the_rust_tokenizer_alone(smol_files, smol_tok
     assert warmed == "True"  # warm_up (the scheduler process's, when idle) built the grammar backend
     rust, eos = smol_files.light_tokenizer()
     assert eos == smol_tokenizer.eos_token_id == 2 and rust.get_vocab_size() == len(smol_tokenizer)
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_a_build_killed_midway_does_not_hang_the_next_start():
+    """A first start killed during the kernels' build (Ctrl-C) leaves torch's lock file behind, on which
+    torch's builder waits forever; the next load removes it under radixlm's flock and loads."""
+    import os
+    import subprocess
+    import sys
+
+    lock = os.path.join(cpu_ext.build_directory(), "lock")
+    open(lock, "w").close()
+    out = subprocess.run([sys.executable, "-P", "-c", "from radixlm.kernels import cpu_ext; print(cpu_ext.available())"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.stdout.strip() == "True", out.stderr
+    assert not os.path.exists(lock)
