@@ -78,10 +78,11 @@ def main() -> None:
     start_and_probe(systems["radixlm serve"])  # the first start builds or loads what later starts reuse
     results = {name: [start_and_probe(cmd) for _ in range(args.repeats)] for name, cmd in systems.items()}
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Q4_1, median of {args.repeats}")
-    base = statistics.median(r["health"] for r in results.get("llama-server", [{"health": float("nan")}]))
+    peer = results.get("llama-server")
+    base = statistics.median(r["health"] for r in peer) if peer else None
     for name, runs in results.items():
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        ratio = f" ({med['health'] / base:.2f}x llama-server)" if "llama-server" in results else ""
+        ratio = f" ({med['health'] / base:.2f}x llama-server)" if base else ""
         print(f"{name:14s} {med['health']:6.2f} s to /health{ratio}, "
               f"first request {med['first_request'] * 1000:.0f} ms, first JSON-schema request after {IDLE_S:.0f} s "
               f"idle {med['first_json_after_idle'] * 1000:.0f} ms;  runs to /health: "
