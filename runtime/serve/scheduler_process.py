@@ -64,10 +64,10 @@ class SchedulerProcess:
     def loop(self, parent_pid: int) -> None:
         while self.running and parent_alive(parent_pid):
             busy = self.sched.has_work()
-            if self.recv.poll(0 if busy else 50):
+            received = self.recv.poll(0 if busy else 50)
+            if received:
                 self._drain()
-                self.active_at = time.monotonic()
-            elif busy:
+            if received or busy:
                 self.active_at = time.monotonic()
             elif not self.warmed and time.monotonic() - self.active_at >= WARM_UP_IDLE_S:
                 self._warm_up()
