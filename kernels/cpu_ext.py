@@ -3,8 +3,9 @@ cpu_norm_act; their bodies in cpu_*_body.h, the vector layers in cpu_vec_*.h) as
 ops, so torch.compile calls them as opaque kernels.
 
 One build serves every CPU: each kernel body is compiled once per instruction set (``PATHS``: portable C++,
-AVX2 + FMA + F16C, AVX512 with VNNI, and AVX512-BF16 for bfloat16 attention on x86-64; portable C++ and NEON
-with dotprod on AArch64, ``MACHINE_PATHS``) and every op takes the path to run as its last argument.
+AVX2 + FMA + F16C, AVX2 with VNNI dot products in the matmuls, AVX512 with VNNI, and AVX512-BF16 for bfloat16
+attention on x86-64; portable C++ and NEON with dotprod on AArch64, ``MACHINE_PATHS``) and every op takes the
+path to run as its last argument.
 ``resolve("auto")`` gives the fastest path this CPU has; a path it lacks is a ValueError here and an error in
 the op, never an illegal instruction. The build runs on first use with torch's extension builder (cached
 under ``TORCH_EXTENSIONS_DIR``, by default ~/.cache/torch_extensions); where it fails (no compiler),
@@ -27,11 +28,14 @@ import time
 import torch
 from tqdm import tqdm
 
-PATHS = ("portable", "avx2", "avx512", "avx512_bf16", "neon")  # the ops' isa argument is the index
+PATHS = ("portable", "avx2", "avx512", "avx512_bf16", "neon", "avx2_vnni")  # the ops' isa argument is the index
 PATH_NAMES = {"portable": "portable C++", "avx2": "AVX2 + FMA + F16C", "avx512": "AVX512 (F, DQ, BW, VL, VNNI)",
-              "avx512_bf16": "AVX512 with VNNI and BF16", "neon": "NEON with dotprod (ARMv8.2)"}
-# the paths built for this machine's architecture (a CPU of it runs some of them: supported())
-MACHINE_PATHS = {"x86_64": PATHS[:4], "AMD64": PATHS[:4], "aarch64": ("portable", "neon"),
+              "avx512_bf16": "AVX512 with VNNI and BF16", "neon": "NEON with dotprod (ARMv8.2)",
+              "avx2_vnni": "AVX2 + FMA + F16C with 256-bit VNNI (AVX-VNNI, or AVX512-VNNI with VL)"}
+_SLOWEST_FIRST = ("portable", "neon", "avx2", "avx2_vnni", "avx512", "avx512_bf16")
+# the paths built for this machine's architecture, slowest first (a CPU of it runs some of them: supported())
+_X86_PATHS = ("portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16")
+MACHINE_PATHS = {"x86_64": _X86_PATHS, "AMD64": _X86_PATHS, "aarch64": ("portable", "neon"),
                  "arm64": ("portable", "neon")}.get(platform.machine(), ("portable",))
 SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
            "cpu_decoder_layer.cpp")
@@ -93,7 +97,7 @@ def supported() -> tuple[str, ...]:
     """The kernel paths this CPU runs, slowest first (empty if the kernels did not build)."""
     if not available():
         return ()
-    return tuple(p for i, p in enumerate(PATHS) if torch.ops.radixlm_cpu.isa_supported(i))
+    return tuple(p for p in _SLOWEST_FIRST if torch.ops.radixlm_cpu.isa_supported(PATHS.index(p)))
 
 
 def resolve(choice: str) -> int | None:

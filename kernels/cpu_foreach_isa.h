@@ -19,6 +19,32 @@ namespace radixlm_avx2 {
 }  // namespace radixlm_avx2
 #pragma GCC pop_options
 
+#ifdef RADIXLM_WITH_VNNI  // the AVX2 + VNNI path, in its VEX and EVEX encodings (cpu_isa.h)
+#define RADIXLM_AVX2_VNNI_CALL(fn, ...) \
+  (__builtin_cpu_supports("avxvnni") ? radixlm_avxvnni::fn(__VA_ARGS__) : radixlm_avxvnni_evex::fn(__VA_ARGS__))
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avxvnni")
+namespace radixlm_avxvnni {
+#define RADIXLM_DPBUSD256 _mm256_dpbusd_avx_epi32
+#include "cpu_vec_avx2.h"
+#include RADIXLM_BODY
+#undef RADIXLM_DPBUSD256
+}  // namespace radixlm_avxvnni
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
+namespace radixlm_avxvnni_evex {
+#define RADIXLM_DPBUSD256 _mm256_dpbusd_epi32
+#include "cpu_vec_avx2.h"
+#include RADIXLM_BODY
+#undef RADIXLM_DPBUSD256
+}  // namespace radixlm_avxvnni_evex
+#pragma GCC pop_options
+#else
+#define RADIXLM_AVX2_VNNI_CALL(fn, ...) radixlm_avx2::fn(__VA_ARGS__)
+#endif
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 namespace radixlm_avx512 {

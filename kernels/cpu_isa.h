@@ -5,6 +5,11 @@
 // as its last argument (kernels/cpu_ext.py passes the fastest the CPU has; tests pass each in turn); a path
 // the CPU lacks is an error, never an illegal instruction. All paths give bit-identical results (see
 // cpu_vec_portable.h), except the AVX512-BF16 attention (bfloat16 dot products in hardware).
+//
+// The AVX2 + VNNI path is the AVX2 layer with vpdpbusd for the matmuls' int8 dot products (the other
+// kernels run their AVX2 code on it). vpdpbusd on 256-bit registers has two encodings: VEX (AVX-VNNI:
+// Intel Alder Lake and later client CPUs, which lack AVX512) and EVEX (AVX512-VNNI with VL). The matmul
+// body is compiled for each, from the same source, and the path runs whichever the CPU has, VEX first.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,7 +37,7 @@
 
 namespace radixlm_cpu {
 
-enum Isa : int64_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kNeon = 4 };
+enum Isa : int64_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kNeon = 4, kAvx2Vnni = 5 };
 
 inline bool isa_supported(int64_t isa) {
 #if defined(__x86_64__)
@@ -44,6 +49,9 @@ inline bool isa_supported(int64_t isa) {
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512vnni");
     case kAvx512Bf16: return isa_supported(kAvx512) && __builtin_cpu_supports("avx512bf16");
+    case kAvx2Vnni:
+      return isa_supported(kAvx2) && (__builtin_cpu_supports("avxvnni") ||
+                                      (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")));
     default: return false;
   }
 #elif defined(__aarch64__)
@@ -54,7 +62,7 @@ inline bool isa_supported(int64_t isa) {
 }
 
 inline void check_isa(int64_t isa) {
-  TORCH_CHECK(isa_supported(isa), "kernel path ", isa, " (0 portable, 1 avx2, 2 avx512, 3 avx512-bf16, 4 neon) is not "
+  TORCH_CHECK(isa_supported(isa), "kernel path ", isa, " (0 portable, 1 avx2, 2 avx512, 3 avx512-bf16, 4 neon, 5 avx2-vnni) is not "
               "supported by this CPU");
 }
 
@@ -70,13 +78,15 @@ void dispatch_float_bf16(const at::Tensor& x, const F& f) {
 
 }  // namespace radixlm_cpu
 
-// RADIXLM_ISA_CALL(isa, fn<T>, args...): fn from the namespace of path isa (AVX512-BF16 runs the AVX512 one).
+// RADIXLM_ISA_CALL(isa, fn<T>, args...): fn from the namespace of path isa (AVX512-BF16 runs the AVX512 one;
+// AVX2 + VNNI its own where the translation unit defines RADIXLM_WITH_VNNI, else AVX2's: cpu_foreach_isa.h).
 #if defined(__x86_64__)
 #define RADIXLM_ISA_CALL(isa, fn, ...)                                         \
   ((isa) == ::radixlm_cpu::kAvx512 || (isa) == ::radixlm_cpu::kAvx512Bf16      \
        ? radixlm_avx512::fn(__VA_ARGS__)                                      \
-   : (isa) == ::radixlm_cpu::kAvx2 ? radixlm_avx2::fn(__VA_ARGS__)             \
-                                   : radixlm_portable::fn(__VA_ARGS__))
+   : (isa) == ::radixlm_cpu::kAvx2Vnni ? RADIXLM_AVX2_VNNI_CALL(fn, __VA_ARGS__) \
+   : (isa) == ::radixlm_cpu::kAvx2     ? radixlm_avx2::fn(__VA_ARGS__)         \
+                                       : radixlm_portable::fn(__VA_ARGS__))
 #elif defined(__aarch64__)
 #define RADIXLM_ISA_CALL(isa, fn, ...) \
   ((isa) == ::radixlm_cpu::kNeon ? radixlm_neon::fn(__VA_ARGS__) : radixlm_portable::fn(__VA_ARGS__))

@@ -4,7 +4,8 @@
 //
 // Quantized weights: the activations are quantized on the fly to int8, one scale per block of 64 along K
 // (a = max|x| / 127, measured lossless on SmolLM2), so the inner product is an int8 dot product
-// (AVX512-VNNI's vpdpbusd, or AVX2's vpmaddubsw + vpmaddwd) instead of float FMAs.
+// (AVX512-VNNI's vpdpbusd, AVX2's vpmaddubsw + vpmaddwd, or the AVX2 + VNNI path's 256-bit vpdpbusd) instead
+// of float FMAs.
 //
 // Weights are tiled 16 output rows at a time, so a vector lane is an output row, and the float scales
 // apply to 16 rows at once (no horizontal sums). N must be a multiple of 16.
@@ -17,6 +18,7 @@
 #include "cpu_isa.h"
 #include "cpu_ops.h"
 
+#define RADIXLM_WITH_VNNI
 #define RADIXLM_BODY "cpu_matmul_body.h"
 #include "cpu_foreach_isa.h"
 

@@ -1,9 +1,14 @@
 // radixlm's vector layer, AVX2 + FMA + F16C form: 16 lanes as two 256-bit halves (lanes 0-7, 8-15).
 // Included by cpu_isa.h inside `namespace radixlm_avx2` under `#pragma GCC target`. Same names and the
 // same results, bit for bit, as the AVX512 and portable layers (see cpu_vec_portable.h for the reference
-// semantics). int8 dot products are maddubs + madd, as ggml does.
+// semantics). int8 dot products are maddubs + madd, as ggml does; compiled with RADIXLM_DPBUSD256 (the
+// AVX2 + VNNI path, cpu_foreach_isa.h) the matmuls' dot products are that 256-bit vpdpbusd instead.
 
+#ifdef RADIXLM_DPBUSD256
+constexpr int kIsa = 5;
+#else
 constexpr int kIsa = 1;
+#endif
 constexpr int kMaxRows = 4;  // rows of x a matmul tile keeps in registers (16 ymm registers)
 constexpr int kValueRows = 3, kValueChunks = 2;  // attention: rows x 16-dim chunks of V accumulated at once
 
@@ -139,6 +144,42 @@ inline int32_t four_bytes(const int8_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+#ifdef RADIXLM_DPBUSD256
+// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k]: vpdpbusd adds
+// four unsigned code x signed byte products into each int32 lane (row j), exactly.
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+#pragma GCC unroll 8
+  for (int kq = 0; kq < 8; ++kq) {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * kq));
+    const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+    for (int i = 0; i < MT; ++i) {
+      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+      ip[i].lo = RADIXLM_DPBUSD256(ip[i].lo, lo, xb);
+      ip[i].hi = RADIXLM_DPBUSD256(ip[i].hi, hi, xb);
+    }
+  }
+}
+// ip[i]_j = sum over one block of 64 k (16 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
+// multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per block
+constexpr int32_t kInt8Bias = 128;
+template <int MT>
+inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int kq = 0; kq < 16; ++kq) {
+    const __m256i b0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq)), flip);
+    const __m256i b1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq + 32)), flip);
+    for (int i = 0; i < MT; ++i) {
+      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+      ip[i].lo = RADIXLM_DPBUSD256(ip[i].lo, b0, xb);
+      ip[i].hi = RADIXLM_DPBUSD256(ip[i].hi, b1, xb);
+    }
+  }
+}
+#else
 inline __m256i sum4(__m256i pairs16) { return _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1)); }
 // ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k], x_i = x + i k_stride.
 // int4 codes are 0..15, so maddubs' int16 pairs (at most 2 * 15 * 127) summed over the 8 k-quads (30,480)
@@ -178,6 +219,7 @@ inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I
     }
   }
 }
+#endif
 inline I16 isub_scalar(I16 a, int32_t x) {
   const __m256i v = _mm256_set1_epi32(x);
   return {_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
