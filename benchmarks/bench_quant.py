@@ -3,7 +3,7 @@ path of radixlm's (portable, avx2, avx512... whatever this CPU has), the 49k-row
 of the whole engine per configuration, as ratios against dense bfloat16 on torch's ops in the same run.
 
     python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 3] [--batch 1 8] [--rows 1 8 64 800]
-                                     [--out benchmarks/results/FILE.json]
+                                     [--engine-paths avx2 avx2_vnni] [--out benchmarks/results/FILE.json]
 
 Kernels: SmolLM2's four linear shapes x 30 distinct layers (so weights stream from memory, as in a real
 step), median of 15 passes. Engine: greedy, ``ignore_eos``, a ~64-token prompt per request, best of
@@ -131,12 +131,17 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64, 800])
     ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    ap.add_argument("--engine-paths", nargs="*", default=[], choices=cpu_ext.PATHS,
+                    help="also run the default engine forced onto each of these radixlm kernel paths, in turn")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, radixlm kernel paths: {cpu_ext.supported()}\n")
     kernels = kernel_tables(args.rows)
     engines = {name: in_child(engine_tok_s, ENGINES[name], args.batch, args.new_tokens, args.repeats)
                for name in args.engines}
+    for path in args.engine_paths:
+        engines[f"default on the {path} path"] = in_child(engine_tok_s, {"cpu_kernels": path}, args.batch,
+                                                          args.new_tokens, args.repeats)
     base = engines.get("bfloat16, torch's ops")
     print("\n| engine | startup (s) | " + " | ".join(f"batch {b} tok/s" for b in args.batch) + " |")
     print("|---|---|" + "---|" * len(args.batch))
