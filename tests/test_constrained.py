@@ -137,7 +137,7 @@ def test_json_schema_samples_validate(engines, backends, backend, name):
         backends[backend].compile(ConstraintSpec.json_schema(SCHEMAS[name]))
     except ValueError as e:
         pytest.skip(f"{backend} does not claim this schema: {e}")
-    outs = generate(engines[backend], {"json_schema": json.dumps(SCHEMAS[name])}, n=50)
+    outs = generate(engines[backend], {"json_schema": json.dumps(SCHEMAS[name])}, n=24)
     checker = jsonschema.Draft202012Validator(SCHEMAS[name], format_checker=jsonschema.FormatChecker())
     for o in outs:
         assert o["meta_info"]["finish_reason"]["type"] == "stop", o
