@@ -1,4 +1,5 @@
-"""Each Triton kernel against its torch reference, over dtypes, head dims, page sizes and pool layouts.
+"""Each Triton kernel against its torch reference, over dtypes, head dims, page sizes and pool layouts (the
+attention kernels: every combination natively, a pairwise cover of them under the interpreter).
 
 Run in a subprocess: ``TRITON_INTERPRET=1 python kernel_checks.py NAME[,NAME...] cpu`` on the CPU (Triton's
 interpreter), or ``python kernel_checks.py NAME cuda`` natively. Prints "ok NAME" for each check whose every
@@ -14,6 +15,15 @@ import torch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 ATOL = {torch.float32: 2e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def attention_grid(dev: str) -> list[tuple[torch.dtype, int, int]]:
+    """(dtype, head dim, page size) cases for the attention kernels: every combination on a GPU. Under the
+    interpreter (each block a NumPy program, so a case costs seconds) a cover of every dtype, and of every head
+    dim with every page size."""
+    if dev != "cpu":
+        return [(dtype, d, page) for dtype in DTYPES for d in (64, 128) for page in (1, 4)]
+    return [(torch.float32, 64, 1), (torch.float32, 128, 4), (torch.float16, 128, 1), (torch.bfloat16, 64, 4)]
 
 
 def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) -> None:
@@ -105,33 +115,29 @@ def check_extend_attention(dev: str) -> None:
     from radixlm.kernels.extend_attention import extend_attention_torch, extend_attention_triton
 
     gen = torch.Generator().manual_seed(0)
-    for dtype in DTYPES:
-        for d in (64, 128):
-            for page in (1, 4):
-                head_major = page == 1
-                table, k_buf, v_buf, rows, seqs = attention_case(dtype, d, page, head_major, gen)
-                ext = torch.tensor([37, 5, 1])  # a fresh prompt, a chunk over a prefix, a decode-like row
-                q = torch.randn(int(ext.sum()), 8, d, generator=gen).to(dtype)
-                want = extend_attention_torch(q, k_buf, v_buf, table, rows, seqs, ext, d ** -0.5, head_major)
-                got = extend_attention_triton(*(t.to(dev) for t in (q, k_buf, v_buf, table, rows, seqs, ext)),
-                                              d ** -0.5, head_major, block_m=16, block_n=16)
-                close(got, want, dtype, f"extend {dtype} d={d} page={page}")
+    for dtype, d, page in attention_grid(dev):
+        head_major = page == 1
+        table, k_buf, v_buf, rows, seqs = attention_case(dtype, d, page, head_major, gen)
+        ext = torch.tensor([37, 5, 1])  # a fresh prompt, a chunk over a prefix, a decode-like row
+        q = torch.randn(int(ext.sum()), 8, d, generator=gen).to(dtype)
+        want = extend_attention_torch(q, k_buf, v_buf, table, rows, seqs, ext, d ** -0.5, head_major)
+        got = extend_attention_triton(*(t.to(dev) for t in (q, k_buf, v_buf, table, rows, seqs, ext)),
+                                      d ** -0.5, head_major, block_m=16, block_n=16)
+        close(got, want, dtype, f"extend {dtype} d={d} page={page}")
 
 
 def check_decode_attention(dev: str) -> None:
     from radixlm.kernels.decode_attention import decode_attention_torch, decode_attention_triton
 
     gen = torch.Generator().manual_seed(0)
-    for dtype in DTYPES:
-        for d in (64, 128):
-            for page in (1, 4):
-                head_major = page == 4
-                table, k_buf, v_buf, rows, seqs = attention_case(dtype, d, page, head_major, gen)
-                q = torch.randn(len(seqs), 8, d, generator=gen).to(dtype)
-                want = decode_attention_torch(q, k_buf, v_buf, table, rows, seqs, d ** -0.5, head_major)
-                got = decode_attention_triton(*(t.to(dev) for t in (q, k_buf, v_buf, table, rows, seqs)),
-                                              d ** -0.5, head_major, num_splits=4, block_n=16)
-                close(got, want, dtype, f"decode {dtype} d={d} page={page}")
+    for dtype, d, page in attention_grid(dev):
+        head_major = page == 4
+        table, k_buf, v_buf, rows, seqs = attention_case(dtype, d, page, head_major, gen)
+        q = torch.randn(len(seqs), 8, d, generator=gen).to(dtype)
+        want = decode_attention_torch(q, k_buf, v_buf, table, rows, seqs, d ** -0.5, head_major)
+        got = decode_attention_triton(*(t.to(dev) for t in (q, k_buf, v_buf, table, rows, seqs)),
+                                      d ** -0.5, head_major, num_splits=4, block_n=16)
+        close(got, want, dtype, f"decode {dtype} d={d} page={page}")
 
 
 def check_attention_invariance(dev: str) -> None:

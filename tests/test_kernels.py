@@ -81,7 +81,8 @@ def interpreted():
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
 def test_triton_kernel_under_interpreter(interpreted, name):
     """Every kernel against its torch reference on the CPU (fp32/fp16/bf16, head dims 64/128, page sizes
-    1 and 4, both pool layouts); "engine" runs the Triton backend end to end against the torch backend."""
+    1 and 4, both pool layouts; the attention kernels over a pairwise cover of these, kernel_checks.py);
+    "engine" runs the Triton backend end to end against the torch backend."""
     own = interpreted.stderr.partition(f"--- {name}\n")[2]  # empty if the process died before this check
     assert f"ok {name}\n" in interpreted.stdout, (own or interpreted.stderr)[-3000:]
 
