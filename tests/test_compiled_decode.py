@@ -141,10 +141,11 @@ def test_config_errors():
 
 
 def test_two_engines_run_their_own_models(built):
-    """Graphs are cached per engine: another model in the same process (here seed 1) gets its own."""
+    """Graphs are cached per engine: another model in the same process (here seed 1, built as the float32 pair's
+    compiled engine, so its graphs are the same code) gets its own, with its own weights."""
     engines = pair(built, "float32")
-    other = Engine.from_model(random_model(TINY, seed=1), None, enable_torch_compile=True, max_total_tokens=1024,
-                              deterministic=False)
+    other = Engine.from_model(random_model(TINY, seed=1), None, quantization="none", enable_torch_compile=True,
+                              torch_compile_max_bs=4, max_total_tokens=4096, deterministic=False)
     reference = Engine.from_model(random_model(TINY, seed=1), None, max_total_tokens=1024, deterministic=False)
     prompts = [ids(9, 3), ids(17, 4)]
     got = [r["output_ids"] for r in other.generate(input_ids=prompts, sampling_params=GREEDY)]
