@@ -62,7 +62,7 @@ def test_stop_strings_are_trimmed(engine):
 
 
 def test_tiny_pool_retracts_and_gives_the_same_tokens(smol_model_fp32, smol_tokenizer):
-    prompts = [smol_tokenizer(words(30 + i % 7, i), add_special_tokens=False)["input_ids"] for i in range(50)]
+    prompts = [smol_tokenizer(words(30 + i % 7, i), add_special_tokens=False)["input_ids"] for i in range(32)]
     sp = {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}
     big = Engine.from_model(smol_model_fp32, smol_tokenizer, check_invariants=True)
     ref = [r["output_ids"] for r in big.generate(input_ids=prompts, sampling_params=sp)]
