@@ -6,7 +6,7 @@
 // cpu_rope_body.h. Python reference: runtime/model/llama.py (the same math with torch's ops).
 //
 // Weights: 15 per layer, norm1 [H], qkv (data, scales, mins), qkv bias (or empty), o (3), norm2 [H],
-// gate_up (3), down (3) in cpu_matmul's int4 (bits 4: codes, d, mn or empty), int8 (bits 8: q, s, unused)
+// gate_up (3), down (3) in cpu_matmul's int4 (bits 4: codes, d, mn or empty), int8 (bits 8: q, d, unused)
 // or dense (bits 16: tiles, unused, unused) layouts; k_caches, v_caches the layers' head-major pools
 // [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
 // residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens.

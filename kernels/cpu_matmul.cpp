@@ -13,7 +13,8 @@
 //   codes [N/16, K/4, 32] bytes: for a tile and a k-quad, byte p holds row p/4's k % 4 = p % 4 in its low
 //   nibble and row 8 + p/4's in its high nibble; d, mn float16 [N/16, K/32, 16] (mn may be empty).
 //   sum_k w x = sum_g d_g a sum(q xq) + mn_g a sum(xq).
-// int8: w = s * q, q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k), s float32 [N].
+// int8: w = d * q per group of 32 along K (GGUF's Q8_0), q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k),
+//   d float16 [N/16, K/32, 16] (as int4's).
 // dense: w [N/16, K, 16] in bfloat16 or float32, k-major inside a tile; x is widened to float32.
 #include "cpu_isa.h"
 #include "cpu_ops.h"
@@ -57,9 +58,9 @@ void check_weight(const QuantWeightRef& w) {
                 w.data.is_contiguous() && w.scales.is_contiguous() && (!mins || w.mins.is_contiguous()),
                 "int4 weight: codes, scales and minimums disagree");
   } else if (w.bits == 8) {
-    TORCH_CHECK(w.n() % 16 == 0, "int8 weight rows must be a multiple of 16, got ", w.n());
-    TORCH_CHECK(w.data.scalar_type() == at::kChar && w.scales.scalar_type() == at::kFloat && w.data.is_contiguous() &&
-                w.scales.is_contiguous(), "int8 weight: int8 with float32 scales");
+    TORCH_CHECK(w.data.scalar_type() == at::kChar && w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 &&
+                w.data.numel() == w.n() * w.k() && w.data.is_contiguous() && w.scales.is_contiguous(),
+                "int8 weight: int8 codes with float16 scales per group of 32");
   } else {
     TORCH_CHECK(w.data.dim() == 3 && w.data.size(2) == 16 && w.data.is_contiguous() &&
                 (w.data.scalar_type() == at::kFloat || w.data.scalar_type() == at::kBFloat16),
@@ -67,10 +68,8 @@ void check_weight(const QuantWeightRef& w) {
   }
 }
 
-int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : bits == 4 ? scales.size(0) * 16 : scales.size(0); }
-int64_t QuantWeightRef::k() const {
-  return bits == 16 ? data.size(1) : bits == 4 ? scales.size(1) * 32 : data.numel() / std::max<int64_t>(n(), 1);
-}
+int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
+int64_t QuantWeightRef::k() const { return bits == 16 ? data.size(1) : scales.size(1) * 32; }
 
 void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa) {
   dispatch_float_bf16(x, [&](auto* tag) {
@@ -93,7 +92,8 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
       RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, n, t0, t1,
                        a.q, m, out);
     } else if (w.bits == 8) {
-      RADIXLM_ISA_CALL(isa, int8_tiles<T>, w.data.data_ptr<int8_t>(), w.scales.data_ptr<float>(), n, t0, t1, a.q, m, out);
+      RADIXLM_ISA_CALL(isa, int8_tiles<T>, w.data.data_ptr<int8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
+                       out);
     } else {
       RADIXLM_ISA_CALL(isa, dense_tiles<T>, w.data.data_ptr<T>(), n, w.k(), t0, t1, a.xf, m, out);
     }
@@ -104,8 +104,8 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return linear(x, QuantWeightRef{4, w, d, mn}, isa);
 }
 
-at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s, int64_t isa) {
-  return linear(x, QuantWeightRef{8, w, s, s}, isa);
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa) {
+  return linear(x, QuantWeightRef{8, w, d, at::Tensor()}, isa);
 }
 
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa) {
@@ -117,7 +117,7 @@ at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa) {
 TORCH_LIBRARY(radixlm_cpu, m) {
   m.def("isa_supported(int isa) -> bool", [](int64_t isa) { return radixlm_cpu::isa_supported(isa); });
   m.def("int4_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
-  m.def("int8_linear(Tensor x, Tensor w, Tensor s, int isa) -> Tensor");
+  m.def("int8_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
 }
 

@@ -15,7 +15,7 @@ import torch
 from radixlm.kernels.cpu_ext import available
 
 BLOCK = 64  # K must be a multiple of it
-GROUP = 32  # int4 scale group along K
+GROUP = 32  # int4 / int8 scale group along K
 __all__ = ["available", "dense_linear", "int4_linear", "int8_linear", "pack_dense", "pack_int4", "pack_int8"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
@@ -29,8 +29,8 @@ def dense_linear(x: torch.Tensor, w: torch.Tensor, isa: int) -> torch.Tensor:
     return torch.ops.radixlm_cpu.dense_linear(x, w, isa)
 
 
-def int8_linear(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, isa: int) -> torch.Tensor:
-    return torch.ops.radixlm_cpu.int8_linear(x, q, s, isa)
+def int8_linear(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int8_linear(x, q, d, isa)
 
 
 def _tiles(w: torch.Tensor) -> torch.Tensor:
@@ -53,11 +53,16 @@ def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tupl
     the high."""
     t = _tiles(q.to(torch.uint8))
     codes = t[:, :, :8].reshape(*t.shape[:2], 32) | (t[:, :, 8:].reshape(*t.shape[:2], 32) << 4)
+    return codes.contiguous(), _pack_scales(d), None if mn is None else _pack_scales(mn)
 
-    def scales(v: torch.Tensor) -> torch.Tensor:
-        return v.to(torch.float16).view(-1, 16, v.shape[1]).transpose(1, 2).contiguous()
 
-    return codes.contiguous(), scales(d), None if mn is None else scales(mn)
+def _pack_scales(v: torch.Tensor) -> torch.Tensor:
+    """Per-group values [N, K / 32] -> float16 [N / 16, K / 32, 16]: a tile's 16 rows side by side per group."""
+    return v.to(torch.float16).view(-1, 16, v.shape[1]).transpose(1, 2).contiguous()
+
+
+def _unpack_scales(v: torch.Tensor) -> torch.Tensor:
+    return v.transpose(1, 2).reshape(v.shape[0] * 16, -1)
 
 
 def pack_dense(w: torch.Tensor) -> torch.Tensor:
@@ -78,13 +83,21 @@ def dense_linear_torch(x: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
     return (x.float() @ unpack_dense(tiles).float().t()).to(x.dtype)
 
 
-def pack_int8(q: torch.Tensor) -> torch.Tensor:
-    """q int8 [N, K] -> [N / 16, K / 4, 16, 4]."""
-    return _tiles(q).contiguous()
+def pack_int8(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q int8 [N, K] in [-127, 127], d [N, K / 32] (w = d q per group of 32, GGUF's Q8_0) -> the kernel's
+    (q [N / 16, K / 4, 16, 4], d float16 [N / 16, K / 32, 16])."""
+    return _tiles(q).contiguous(), _pack_scales(d)
 
 
-def unpack_int8(packed: torch.Tensor) -> torch.Tensor:
-    return _untile(packed)
+def unpack_int8(packed: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of pack_int8 -> (q int8 [N, K], d float16 [N, K / 32])."""
+    return _untile(packed), _unpack_scales(d)
+
+
+def dequantize_int8(packed: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """-> w [N, K] float32 = d * q per group of 32."""
+    q, d = unpack_int8(packed, d)
+    return (q.float().view(q.shape[0], -1, GROUP) * d.float()[..., None]).flatten(1)
 
 
 def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
@@ -92,11 +105,7 @@ def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -
     nt, kq = codes.shape[:2]
     low, high = (codes & 15).view(nt, kq, 8, 4), (codes >> 4).view(nt, kq, 8, 4)
     q = _untile(torch.cat((low, high), dim=2))
-
-    def scales(v: torch.Tensor) -> torch.Tensor:
-        return v.transpose(1, 2).reshape(nt * 16, -1)
-
-    return q, scales(d), scales(d) * -8 if mn is None else scales(mn)
+    return q, _unpack_scales(d), _unpack_scales(d) * -8 if mn is None else _unpack_scales(mn)
 
 
 def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
@@ -119,6 +128,6 @@ def int4_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn:
     return (quantize_x_torch(x) @ dequantize_int4(codes, d, mn).t()).to(x.dtype)
 
 
-def int8_linear_torch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """q as pack_int8 lays it out."""
-    return (quantize_x_torch(x) @ (unpack_int8(q).float() * s.float()[:, None]).t()).to(x.dtype)
+def int8_linear_torch(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """q, d as pack_int8 lays them out."""
+    return (quantize_x_torch(x) @ dequantize_int8(q, d).t()).to(x.dtype)

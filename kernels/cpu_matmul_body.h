@@ -79,27 +79,33 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
 
-// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights: exact int32 dot products per 64-block, scaled
-// by the block's activation scale, times the row scale at the end.
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights, w = d q per group of 32 along K (GGUF's Q8_0):
+// per 64-block of K (one activation scale, two weight groups) the groups' exact int32 dot products scaled as
+// (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
 template <int MT, typename T>
-void int8_tile(const int8_t* q, const float* s, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0, T* y) {
-  const int64_t k = xq.k, nb = xq.nb;
+void int8_tile(const int8_t* q, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0, T* y) {
+  const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
   const int8_t* wt = q + tile * (k / 4) * 64;
+  const at::Half* dt = d + tile * g_count * 16;
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
+  prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
     for (int line = 0; line < 16; ++line) prefetch(wt + (b + kPrefetch8) * 16 * 64 + 64 * line);
-    I16 ip[MT];
-    dot_int8_block<MT>(wt + b * 16 * 64, xs + b * kBlock, k, ip);
-    for (int i = 0; i < MT; ++i) {
-      const int64_t g = ((m0 + i) * nb + b) * 2;
-      if (kInt8Bias != 0) ip[i] = isub_scalar(ip[i], kInt8Bias * (xq.s[g] + xq.s[g + 1]));
-      acc[i] = fmadd(to_float(ip[i]), fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
+    F16 both[MT];
+    for (int h = 0; h < 2; ++h) {
+      I16 ip[MT];
+      dot_int8_group<MT>(wt + (2 * b + h) * 8 * 64, xs + b * kBlock + 32 * h, k, ip);
+      const F16 dh = fload(dt + (2 * b + h) * 16);
+      for (int i = 0; i < MT; ++i) {
+        if (kInt8Bias != 0) ip[i] = isub_scalar(ip[i], kInt8Bias * xq.s[((m0 + i) * nb + b) * 2 + h]);
+        both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
+      }
     }
+    for (int i = 0; i < MT; ++i) acc[i] = fmadd(both[i], fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
   }
-  const F16 sv = fload(s + tile * 16);
-  for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, mul(sv, acc[i]));
+  for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
 
 // tile_fn(MT, tile, m0) over tiles [t0, t1) and x's rows in runs of kMaxRows, then halving.
@@ -125,9 +131,9 @@ void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int
 }
 
 template <typename T>
-void int8_tiles(const int8_t* q, const float* s, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq, int64_t m,
+void int8_tiles(const int8_t* q, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq, int64_t m,
                 T* y) {
-  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int8_tile<decltype(mt)::value>(q, s, n, t, xq, m0, y); });
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int8_tile<decltype(mt)::value>(q, d, n, t, xq, m0, y); });
 }
 
 // rows [r0, r1), columns [j0, j1) (multiples of 16) of x [M, K] (T) -> float32 xf [M, K]

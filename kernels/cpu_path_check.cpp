@@ -117,8 +117,8 @@ void check_matmuls(int64_t m, const char* dtype) {
   for (auto& h : mn) h.x = half_bits(uniform(-0.5f, -0.01f));
   std::vector<int8_t> q8(n * k);
   for (auto& q : q8) q = static_cast<int8_t>(static_cast<int>(next_u32() % 255) - 127);
-  std::vector<float> s8(n);
-  for (auto& s : s8) s = uniform(0.001f, 0.01f);
+  std::vector<at::Half> d8(n * k / 32);
+  for (auto& h : d8) h.x = half_bits(uniform(0.001f, 0.01f));
   auto run = [&](auto quantize, auto int4, auto int8, std::vector<int8_t>& xq_q, std::vector<T>& y4, std::vector<T>& y4n,
                  std::vector<T>& y8) {
     std::vector<float> a(m * nb), t(m * nb * 2);
@@ -129,7 +129,7 @@ void check_matmuls(int64_t m, const char* dtype) {
     y4.assign(m * n, T{}), y4n.assign(m * n, T{}), y8.assign(m * n, T{});
     int4(codes.data(), d.data(), mn.data(), n, 0, n / 16, xq, m, y4.data());
     int4(codes.data(), d.data(), nullptr, n, 0, n / 16, xq, m, y4n.data());
-    int8(q8.data(), s8.data(), n, 0, n / 16, xq, m, y8.data());
+    int8(q8.data(), d8.data(), n, 0, n / 16, xq, m, y8.data());
   };
   std::vector<int8_t> pq, nq;
   std::vector<T> p4, p4n, p8, n4, n4n, n8;

@@ -162,14 +162,14 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
-// ip[i]_j = sum over one block of 64 k (16 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
-// multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per block
+// ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
+// multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group
 constexpr int32_t kInt8Bias = 128;
 template <int MT>
-inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 16; ++kq) {
+  for (int kq = 0; kq < 8; ++kq) {
     const __m256i b0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq)), flip);
     const __m256i b1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq + 32)), flip);
     for (int i = 0; i < MT; ++i) {
@@ -202,13 +202,13 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
   for (int i = 0; i < MT; ++i) ip[i] = {sum4(lo16[i]), sum4(hi16[i])};
 }
 // signed int8 weights in [-127, 127], exact: |w| times x with w's sign (pairs at most 2 * 127 * 127)
-// ip[i]_j = sum over one block of 64 k (16 k-quads, 64 bytes each) of w[j][k] x_i[k], exact, for int8 w in
+// ip[i]_j = sum over one group of 32 k (8 k-quads, 64 bytes each) of w[j][k] x_i[k], exact, for int8 w in
 // [-127, 127]: |w| times x with w's sign (pairs at most 2 * 127 * 127, so one maddwd per k-quad)
 constexpr int32_t kInt8Bias = 0;
 template <int MT>
-inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 16; ++kq) {
+  for (int kq = 0; kq < 8; ++kq) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq + 32));
     const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);

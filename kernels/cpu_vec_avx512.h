@@ -115,13 +115,13 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
-// ip[i]_j = sum over one block of 64 k (16 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
-// multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per block
+// ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
+// multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group
 constexpr int32_t kInt8Bias = 128;
 template <int MT>
-inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 16; ++kq) {
+  for (int kq = 0; kq < 8; ++kq) {
     const __m512i biased = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * kq), _mm512_set1_epi8(static_cast<char>(0x80)));
     for (int i = 0; i < MT; ++i) {
       ip[i].v = _mm512_dpbusd_epi32(ip[i].v, biased, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));

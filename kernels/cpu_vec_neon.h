@@ -172,12 +172,12 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
-// ip[i]_j = sum over one block of 64 k (16 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
+// ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
 template <int MT>
-inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 16; ++kq) {
+  for (int kq = 0; kq < 8; ++kq) {
     int8x16_t w[4];
     for (int j = 0; j < 4; ++j) w[j] = vld1q_s8(q + 64 * kq + 16 * j);
     for (int i = 0; i < MT; ++i) {

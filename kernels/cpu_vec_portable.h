@@ -145,13 +145,13 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
-// ip[i]_j = sum over one block of 64 k (16 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
+// ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
 template <int MT>
-inline void dot_int8_block(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
-    for (int kq = 0; kq < 16; ++kq) {
+    for (int kq = 0; kq < 8; ++kq) {
       const int8_t* w = q + 64 * kq;
       const int8_t* xi = x + i * k_stride + 4 * kq;
       for (int j = 0; j < 16; ++j) ip[i].v[j] += w[4 * j] * xi[0] + w[4 * j + 1] * xi[1] + w[4 * j + 2] * xi[2] + w[4 * j + 3] * xi[3];

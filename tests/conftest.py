@@ -170,4 +170,4 @@ def smol_model_default(smol_files):
     first engine built on it, with ``quantization="int4"``), shared by the slow tests."""
     from radixlm.runtime.model.loader import load_model
 
-    return load_model(smol_files, torch.bfloat16, progress=False, int4_blocks=True)
+    return load_model(smol_files, torch.bfloat16, progress=False, quant_blocks=True)

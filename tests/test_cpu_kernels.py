@@ -49,6 +49,11 @@ def _int4_weight(n: int, k: int, gen: torch.Generator):
     return q, d, mn
 
 
+def _int8_weight(n: int, k: int, gen: torch.Generator):
+    q = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+    return q, torch.rand(n, k // 32, generator=gen) * 0.01 + 1e-4
+
+
 def test_packing_round_trips():
     gen = torch.Generator().manual_seed(0)
     q, d, mn = _int4_weight(48, 128, gen)
@@ -56,13 +61,16 @@ def test_packing_round_trips():
     assert codes.shape == (3, 32, 32) and dp.shape == (3, 4, 16)
     uq, ud, um = ck.unpack_int4(codes, dp, mp)
     assert torch.equal(uq, q.to(torch.uint8)) and torch.equal(ud, d.half()) and torch.equal(um, mn.half())
-    w8 = torch.randint(-127, 128, (32, 64), generator=gen, dtype=torch.int8)
-    assert torch.equal(ck.unpack_int8(ck.pack_int8(w8)), w8)
+    w8, d8 = _int8_weight(32, 64, gen)
+    q8, dp8 = ck.pack_int8(w8, d8)
+    assert q8.shape == (2, 16, 16, 4) and dp8.shape == (2, 2, 16)
+    uq8, ud8 = ck.unpack_int8(q8, dp8)
+    assert torch.equal(uq8, w8) and torch.equal(ud8, d8.half())
 
 
 def test_packing_rejects_shapes_the_kernels_cannot_tile():
     with pytest.raises(ValueError, match="N divisible by 16 and K by 64"):
-        ck.pack_int8(torch.zeros(20, 64, dtype=torch.int8))
+        ck.pack_int8(torch.zeros(20, 64, dtype=torch.int8), torch.ones(20, 2))
     with pytest.raises(ValueError, match="N divisible by 16 and K by 64"):
         ck.pack_int4(torch.zeros(16, 96), torch.zeros(16, 3), torch.zeros(16, 3))
 
@@ -91,11 +99,11 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
     gen = torch.Generator().manual_seed(rows * k)
     n = 96
     codes, d, mn = ck.pack_int4(*_int4_weight(n, k, gen))
-    q8, s8 = ck.pack_int8(torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)), torch.rand(n) * 0.01
+    q8, d8 = ck.pack_int8(*_int8_weight(n, k, gen))
     x = (torch.randn(rows, k, generator=gen) * torch.rand(1, k, generator=gen) * 4).to(dtype)
     x[0, :64] = 0  # an all-zero block (scale 0)
     for got, want in ((ck.int4_linear(x, codes, d, mn, isa(path)), ck.int4_linear_torch(x, codes, d, mn)),
-                      (ck.int8_linear(x, q8, s8, isa(path)), ck.int8_linear_torch(x, q8, s8))):
+                      (ck.int8_linear(x, q8, d8, isa(path)), ck.int8_linear_torch(x, q8, d8))):
         assert got.dtype == dtype and got.shape == (rows, n)
         tol = 1e-5 if dtype == torch.float32 else 2**-7  # float32 sums in another order; one bf16 rounding
         torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
@@ -108,9 +116,9 @@ def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
     x come in runs of 8 / 4 / 2 / 1 through different tile sizes)."""
     gen = torch.Generator().manual_seed(7)
     codes, d, mn = ck.pack_int4(*_int4_weight(64, 1536, gen))
-    q8, s8 = ck.pack_int8(torch.randint(-127, 128, (64, 1536), generator=gen, dtype=torch.int8)), torch.rand(64)
+    q8, d8 = ck.pack_int8(*_int8_weight(64, 1536, gen))
     x = (torch.randn(13, 1536, generator=gen) * 3).to(dtype)
-    for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, s8, i)):
+    for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, d8, i)):
         full = same_on_every_path(lambda i, run=run: run(i, x))
         best = isa(cpu_ext.supported()[-1])
         for r in (0, 5, 12):

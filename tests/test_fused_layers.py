@@ -46,7 +46,9 @@ def scores(result: dict) -> list:
 def test_quantized_models_run_fused_like_the_layer_by_layer_model(quantization, cfg):
     """The fused layers against the same model run layer by layer in Python on the same kernels (float32:
     only the rotary embedding's rounding differs, which can move an int8 activation code by one), prompt
-    logprobs and greedy tokens."""
+    logprobs and greedy tokens. Such a move at one position carries into every later one through the KV
+    cache: on this random model it shifted later logprobs by up to 0.03 (mean 0.006) for 2 of 8 prompts tried,
+    and by under 1e-6 for the others; a wrong weight or layout shifts them by whole units."""
     fused, eager = engine(quantization, cfg), engine(quantization, cfg)
     eager.runner.fused = None
     assert fused.runner.fused is not None and engine(quantization, cfg, cpu_kernels="torch",
@@ -55,7 +57,7 @@ def test_quantized_models_run_fused_like_the_layer_by_layer_model(quantization, 
     for got, want in zip(run(fused, prompts), run(eager, prompts), strict=True):
         lp_got = torch.tensor([x[0] for x in got["meta_info"]["input_token_logprobs"][1:]])
         lp_want = torch.tensor([x[0] for x in want["meta_info"]["input_token_logprobs"][1:]])
-        assert (lp_got - lp_want).abs().mean() < 1e-3 and (lp_got - lp_want).abs().max() < 1e-2
+        assert (lp_got - lp_want).abs().mean() < 2e-2 and (lp_got - lp_want).abs().max() < 0.1
         assert got["output_ids"] == want["output_ids"]
     fused.check_invariants()
 

@@ -31,6 +31,9 @@ def test_kernel_matches_its_dequantized_weight(kind, shape, dtype, kernels):
     step = (w.abs().amax(1, keepdim=True) / 127) if kind == "int8" else (w.view(shape[0], -1, 32).aminmax(dim=-1))
     scale_err = 0 if dtype == torch.float32 else w.abs() * 2**-8  # scales are stored in the activation dtype
     if kind == "int8":
+        if vnni:  # per group of 32 with a float16 d (Q8_0's form): d's rounding moves q d by <= max|w| 2^-11
+            gmax = w.view(shape[0], -1, 32).abs().amax(-1).repeat_interleave(32, dim=1)
+            step, scale_err = gmax / 127, gmax * 2**-11
         assert ((dq - w).abs() <= step / 2 + scale_err + 1e-6).all()  # round to nearest
     else:
         lo, hi = step
@@ -162,6 +165,26 @@ def test_server_serves_int4_weights(shared_server):
     assert srv.wait_idle()["running"] == 0
 
 
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_q8_0_blocks_reach_the_int8_kernels_exactly():
+    """Q8_0 bytes (as gguf writes them) -> QuantBlocks -> the int8 kernels' layout: the same weights as gguf's
+    own dequantization, bit for bit, and int8_codes recovers the same codes from them."""
+    import gguf
+
+    from radixlm.runtime.model.gguf_file import QuantBlocks
+    from radixlm.runtime.model.quantization import int8_codes
+
+    w = torch.randn(48, 128, generator=torch.Generator().manual_seed(0)).numpy() * 0.05
+    raw = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
+    want = torch.from_numpy(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(48, 128).copy())
+    blocks = QuantBlocks.from_gguf(raw, "Q8_0", [48, 128])
+    assert blocks.bits == 8 and torch.equal(blocks.dequantize(), want)
+    quant = QuantWeight.from_int8_codes(blocks.q, blocks.d, torch.float32, cpu_ext.resolve("auto"))
+    assert torch.equal(quant.dequantize(), want)
+    q, d = int8_codes(want)
+    assert torch.equal(q, blocks.q) and torch.equal(d, blocks.d)
+
+
 def test_auto_quantization_follows_the_file(smol_files):
     from radixlm.runtime.model.loader import resolve_quantization
 
@@ -176,18 +199,24 @@ def test_auto_quantization_follows_the_file(smol_files):
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 def test_gguf_int4_layers_load_as_their_own_blocks(smol_files):
-    """A Q4_1 file's layers go straight to the int4 kernels' layout: dequantized, exactly the file's weights
-    (Q/K rows un-permuted like the dense path); with torch's kernels they are dequantized first."""
+    """A Q4_1 file's layers go straight to the int4 kernels' layout, and its Q8_0 embedding table (the tied LM
+    head) to the int8 kernels' (per group of 32, as Q8_0): dequantized, exactly the file's weights (Q/K rows
+    un-permuted like the dense path); with torch's kernels they are dequantized first."""
     from radixlm.runtime.model.loader import load_model
 
     reference = load_model(smol_files, torch.float32, progress=False)  # its own: engines tile the shared one
-    model = load_model(smol_files, torch.bfloat16, progress=False, int4_blocks=True)
+    model = load_model(smol_files, torch.bfloat16, progress=False, quant_blocks=True)
     assert model.layers[0].self_attn.qkv_proj.blocks
     quantize_model(model, "int4", keep_dense=False, isa=cpu_ext.resolve("auto"))
     for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
         got = model.layers[2].get_submodule(name)
         assert got.weight is None and got.blocks is None
         assert torch.equal(got.quant.dequantize(), reference.layers[2].get_submodule(name).weight)
-    dense = load_model(smol_files, torch.float32, progress=False, int4_blocks=True)
+    table = model.embed_tokens
+    assert table.weight is None and table.quant.kind == "int8" and table.quant.backend == "native"
+    assert torch.equal(table.quant.dequantize(), reference.embed_tokens.weight)
+    ids = torch.tensor([0, 17, 49151, 2])
+    assert torch.equal(table.quant.rows(ids), reference.embed_tokens.weight[ids].bfloat16())
+    dense = load_model(smol_files, torch.float32, progress=False, quant_blocks=True)
     quantize_model(dense, "none", keep_dense=True)
     assert torch.equal(dense.layers[2].mlp.down_proj.weight, reference.layers[2].mlp.down_proj.weight)

@@ -34,42 +34,53 @@ _NAMES = [
 
 
 @dataclass(frozen=True)
-class Int4Blocks:
-    """A weight [N, K] as GGUF's 4-bit blocks of 32 hold it: w = d q + m per block, codes q in [0, 15]."""
+class QuantBlocks:
+    """A weight [N, K] as GGUF's blocks of 32 hold it. 4 bits (Q4_0, Q4_1): w = d q + m per block, codes q in
+    [0, 15]; 8 bits (Q8_0): w = d q, q in [-127, 127]."""
 
-    q: torch.Tensor  # [N, K] uint8
+    q: torch.Tensor  # [N, K] uint8 (4 bits) or int8 (8 bits)
     d: torch.Tensor  # [N, K / 32] float16
-    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d
+    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for Q8_0
+    bits: int = 4
+
+    TYPES = ("Q4_0", "Q4_1", "Q8_0")  # the GGUF types that load as blocks
 
     @classmethod
-    def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> Int4Blocks:
-        """Q4_1 blocks are (d, m float16, 16 bytes of codes), Q4_0 blocks (d, 16 bytes), w = d (q - 8); a block's
-        byte j holds code j in its low nibble and code j + 16 in its high one."""
+    def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> QuantBlocks:
+        """Q4_1 blocks are (d, m float16, 16 bytes of codes), Q4_0 blocks (d, 16 bytes), w = d (q - 8), a block's
+        byte j holding code j in its low nibble and code j + 16 in its high one; Q8_0 blocks (d, 32 int8)."""
         n, k = shape
-        width = 20 if qtype == "Q4_1" else 18
+        width = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[qtype]
         blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n * k // 32, width)
-        d = blocks[:, 0:2].copy().view(np.float16)[:, 0]
+        d = torch.from_numpy(blocks[:, 0:2].copy().view(np.float16)[:, 0].reshape(n, k // 32).copy())
+        if qtype == "Q8_0":
+            return cls(torch.from_numpy(blocks[:, 2:].copy().view(np.int8).reshape(n, k)), d, None, bits=8)
         m = torch.from_numpy(blocks[:, 2:4].copy().view(np.float16)[:, 0].reshape(n, k // 32).copy()) \
             if qtype == "Q4_1" else None
         qs = blocks[:, width - 16:]
-        q = np.concatenate((qs & 15, qs >> 4), axis=1).reshape(n, k)
-        return cls(torch.from_numpy(q), torch.from_numpy(d.reshape(n, k // 32).copy()), m)
+        return cls(torch.from_numpy(np.concatenate((qs & 15, qs >> 4), axis=1).reshape(n, k)), d, m)
 
     @classmethod
-    def stack(cls, parts: list[Int4Blocks]) -> Int4Blocks:
-        """Row blocks one after another (a stacked qkv or gate_up); minimums stored unless no part has any."""
+    def stack(cls, parts: list[QuantBlocks]) -> QuantBlocks:
+        """Row blocks one after another (a stacked qkv or gate_up) of one bit width; 4-bit minimums stored unless
+        no part has any."""
+        bits = {p.bits for p in parts}
+        if len(bits) != 1:
+            raise ValueError(f"cannot stack blocks of {sorted(bits)} bits")
         mins = None if all(p.m is None for p in parts) else torch.cat([p.minimums() for p in parts])
-        return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins)
+        return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins, parts[0].bits)
 
     def minimums(self) -> torch.Tensor:
+        if self.bits == 8:
+            return torch.zeros_like(self.d)
         return self.m if self.m is not None else (self.d.float() * -8).to(torch.float16)
 
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.q.shape)
 
-    def take_rows(self, index: torch.Tensor) -> Int4Blocks:
-        return Int4Blocks(self.q[index], self.d[index], None if self.m is None else self.m[index])
+    def take_rows(self, index: torch.Tensor) -> QuantBlocks:
+        return QuantBlocks(self.q[index], self.d[index], None if self.m is None else self.m[index], self.bits)
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32."""
@@ -123,10 +134,11 @@ class GGUFModel:
         """The GGUF types of the decoder layers' linear weights (attention and MLP projections)."""
         return frozenset(t.tensor_type.name for t in self.header.tensors if LAYER_WEIGHT.fullmatch(t.name))
 
-    def weights(self, dtype: torch.dtype, int4_blocks: bool = False) -> Iterator[tuple[str, torch.Tensor | Int4Blocks]]:
-        """Yield (HF name, tensor) pairs, dequantized, or with ``int4_blocks`` the Q4_0 / Q4_1 linear weights as
-        their own codes and scales (Int4Blocks, exact, no float round trip); Q/K rows are un-permuted back
-        to HF's rotary layout."""
+    def weights(self, dtype: torch.dtype,
+                quant_blocks: bool = False) -> Iterator[tuple[str, torch.Tensor | QuantBlocks]]:
+        """Yield (HF name, tensor) pairs, dequantized, or with ``quant_blocks`` the Q4_0 / Q4_1 / Q8_0 linear
+        weights and embedding table as their own codes and scales (QuantBlocks, exact, no float round trip); Q/K
+        rows are un-permuted back to HF's rotary layout."""
         import gguf
 
         cfg, permuted = self.config, _ARCHES[self.meta["general.architecture"]][1]
@@ -136,8 +148,8 @@ class GGUFModel:
                 raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
             name = _hf_name(t.name)
             shape = [int(d) for d in reversed(t.shape)]
-            if int4_blocks and qtype in ("Q4_0", "Q4_1") and BLOCK_WEIGHT.fullmatch(t.name):
-                w = Int4Blocks.from_gguf(raw, qtype, shape)
+            if quant_blocks and qtype in QuantBlocks.TYPES and BLOCK_WEIGHT.fullmatch(t.name):
+                w = QuantBlocks.from_gguf(raw, qtype, shape)
             else:
                 data = np.asarray(gguf.quants.dequantize(raw, t.tensor_type), dtype=np.float32)
                 if not data.flags.writeable:  # F32 tensors come back as views of the read-only memory map
@@ -164,8 +176,8 @@ def _hf_name(name: str) -> str:
     raise ValueError(f"model: unknown GGUF tensor {name!r}")
 
 
-def _unpermute(w: torch.Tensor | Int4Blocks, n_head: int) -> torch.Tensor | Int4Blocks:
+def _unpermute(w: torch.Tensor | QuantBlocks, n_head: int) -> torch.Tensor | QuantBlocks:
     """Undo llama.cpp's Q/K row permutation (interleaved rotary pairs -> HF's rotate-half halves)."""
     rows = w.shape[0]
     order = torch.arange(rows).reshape(n_head, rows // n_head // 2, 2).transpose(1, 2).reshape(-1)
-    return w.take_rows(order) if isinstance(w, Int4Blocks) else w[order]
+    return w.take_rows(order) if isinstance(w, QuantBlocks) else w[order]

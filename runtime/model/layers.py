@@ -14,7 +14,7 @@ from torch import nn
 
 from radixlm.kernels import cpu_norm_act
 from radixlm.kernels.rmsnorm import rmsnorm_triton
-from radixlm.runtime.model.gguf_file import Int4Blocks
+from radixlm.runtime.model.gguf_file import QuantBlocks
 from radixlm.runtime.model.quantization import QuantWeight
 
 
@@ -112,19 +112,21 @@ def linear(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
 
 class QuantizableLinear(nn.Module):
     """A linear layer whose weight [N, K] can be swapped for its quantized form (``quantize``). A GGUF file's
-    4-bit blocks may be loaded instead of a dense weight (``blocks``, one per stacked sub-matrix): quantize
+    quantized blocks may be loaded instead of a dense weight (``blocks``, one per stacked sub-matrix): quantize
     then takes them as they are, or materialize writes them into the dense weight."""
 
     weight: torch.Tensor | None
     quant: QuantWeight | None = None
-    blocks: dict[int, Int4Blocks] | None = None
+    blocks: dict[int, QuantBlocks] | None = None
 
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path."""
-        if self.blocks and kind == "int4" and isa is not None and self._tiles():
-            b = Int4Blocks.stack([self.blocks[i] for i in sorted(self.blocks)])
+        b = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
+        if b is not None and b.bits == 4:
             self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)
+        elif b is not None:
+            self.quant = QuantWeight.from_int8_codes(b.q, b.d, self.weight.dtype, isa)
         if self.quant is None:
             self.materialize()
             self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, isa)
@@ -142,11 +144,18 @@ class QuantizableLinear(nn.Module):
         n, k = self.weight.shape
         return n % 16 == 0 and k % 64 == 0
 
-    def load_blocks(self, shard: int, blocks: Int4Blocks) -> None:
+    def _whole_blocks(self, bits: int | None) -> QuantBlocks | None:
+        """The loaded blocks stacked, if they are the whole weight, of ``bits`` bits, and fit the kernels."""
+        if not self.blocks or not self._tiles() or any(b.bits != bits for b in self.blocks.values()):
+            return None
+        b = QuantBlocks.stack([self.blocks[i] for i in sorted(self.blocks)])
+        return b if b.shape == tuple(self.weight.shape) else None  # else some parts came dense
+
+    def load_blocks(self, shard: int, blocks: QuantBlocks) -> None:
         self.blocks = {**(self.blocks or {}), shard: blocks}
 
     def materialize(self) -> None:
-        """Loaded 4-bit blocks -> the dense weight (dequantized)."""
+        """Loaded blocks -> the dense weight (dequantized)."""
         if self.blocks:
             for shard, b in sorted(self.blocks.items()):
                 self.load(shard, "weight", b.dequantize().to(self.weight.dtype))
@@ -171,9 +180,9 @@ class ColumnParallelLinear(QuantizableLinear):
     def even(cls, in_features: int, out_sizes: list[int], bias: bool, tp: TPInfo) -> ColumnParallelLinear:
         return cls(in_features, [split_range(s, tp.rank, tp.size) for s in out_sizes], bias)
 
-    def load(self, shard: int, name: str, w: torch.Tensor | Int4Blocks) -> None:
+    def load(self, shard: int, name: str, w: torch.Tensor | QuantBlocks) -> None:
         start, size = self.parts[shard]
-        if isinstance(w, Int4Blocks):  # this rank's rows of sub-matrix `shard`
+        if isinstance(w, QuantBlocks):  # this rank's rows of sub-matrix `shard`
             self.load_blocks(shard, w.take_rows(torch.arange(start, start + size)))
             return
         target = self.weight if name == "weight" else self.bias
@@ -192,8 +201,8 @@ class RowParallelLinear(QuantizableLinear):
         self.tp, self.start = tp, part[0]
         self.weight = nn.Parameter(torch.empty(out_features, part[1]), requires_grad=False)
 
-    def load(self, shard: int, name: str, w: torch.Tensor | Int4Blocks) -> None:
-        if isinstance(w, Int4Blocks):
+    def load(self, shard: int, name: str, w: torch.Tensor | QuantBlocks) -> None:
+        if isinstance(w, QuantBlocks):
             if self.tp.size > 1:  # the columns would split groups of 32: take the dense weight
                 w = w.dequantize().to(self.weight.dtype)
             else:
@@ -223,10 +232,11 @@ class VocabParallelEmbedding(QuantizableLinear):
         """int8 rows, the precision GGUF files usually keep this table in (Q8_0): an int4 LM head made from
         SmolLM2's raised its mean NLL by 1.5% (int4 layers: no measurable change). A file that holds the table
         in 4 bits keeps it so with int4. The lookup reads whole rows times their scale."""
-        super().quantize("int4" if kind == "int4" and self.blocks else "int8", keep_dense, isa)
+        four_bit = bool(self.blocks) and all(b.bits == 4 for b in self.blocks.values())
+        super().quantize("int4" if kind == "int4" and four_bit else "int8", keep_dense, isa)
 
-    def load(self, shard: int, name: str, w: torch.Tensor | Int4Blocks) -> None:
-        if isinstance(w, Int4Blocks):
+    def load(self, shard: int, name: str, w: torch.Tensor | QuantBlocks) -> None:
+        if isinstance(w, QuantBlocks):
             if self.tp.size == 1:
                 self.load_blocks(0, w)
                 return

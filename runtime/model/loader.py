@@ -32,15 +32,15 @@ def open_model(model: str | None) -> GGUFModel | HFModel:
 
 
 def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None = None,
-               progress: bool = True, int4_blocks: bool = False) -> LlamaForCausalLM:
-    """``int4_blocks``: a GGUF file's 4-bit layer weights load as their blocks (quantize_model then keeps them
-    as they are for int4, or dequantizes them), not as dense float weights."""
+               progress: bool = True, quant_blocks: bool = False) -> LlamaForCausalLM:
+    """``quant_blocks``: a GGUF file's Q4_0 / Q4_1 / Q8_0 weights load as their blocks (quantize_model then keeps
+    them as they are for int4 or int8 of the same width, or dequantizes them), not as dense float weights."""
     cfg = files.config
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(cfg, tp)
     model = skeleton.to(dtype).to_empty(device="cpu")  # dtype first: no pass over float32 garbage
     total = files.num_tensors()
-    weights = files.weights(dtype, int4_blocks) if isinstance(files, GGUFModel) else files.weights(dtype)
+    weights = files.weights(dtype, quant_blocks) if isinstance(files, GGUFModel) else files.weights(dtype)
     with Progress("Loading weights", total=total, unit="tensor", enabled=progress) as bar:
         loaded = model.load_weights(bar.wrap(weights))
     if len(loaded) < model.expected_weights():
@@ -101,5 +101,5 @@ def load_for(cfg: EngineConfig, rank: int = 0, progress: bool = True):
     kind, why = resolve_quantization(cfg.load.quantization, files, device)
     log.info("weights: %s (%s); dtype %s", kind, why, str(dtype).removeprefix("torch."))
     model = load_model(files, dtype, TPInfo(rank, cfg.parallel.tp_size), progress=progress,
-                       int4_blocks=kind == "int4")
+                       quant_blocks=kind in ("int4", "int8"))
     return files, model.to(device), dtype, cfg.replace(quantization=kind)

@@ -37,7 +37,7 @@ class QuantWeight:
     backend torch: int8: data int8 [N, K], scales [N]; int4: data uint8 [Np, K / 2] (torch's packed layout,
     Np = N rounded up to 16), scales [K / 32, Np, 2] holding (scale, zero) per group.
     backend native (16-row tiles, see cpu_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales
-    float32 [N]; int4: data uint8 [N / 16, K / 4, 32], scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn;
+    float16 [N / 16, K / 32, 16] (w = d q per group of 32, GGUF's Q8_0); int4: data uint8 [N / 16, K / 4, 32], scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn;
     mins None for Q4_0's w = d (q - 8)); dense: data [N / 16, K, 16] in the activation dtype, no scales (the
     batch-invariant dense matmul, for bfloat16 models: ``tile_dense``)."""
 
@@ -76,6 +76,14 @@ class QuantWeight:
         return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
 
     @classmethod
+    def from_int8_codes(cls, q: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype, isa: int) -> QuantWeight:
+        """An 8-bit weight given as its codes q int8 [N, K] with d [N, K / 32] (w = d q per group, GGUF's Q8_0)
+        -> the native backend's layout, exactly."""
+        n, k = q.shape
+        codes, d16 = native.pack_int8(q, d)
+        return cls("int8", codes, d16, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
+
+    @classmethod
     def tile_dense(cls, w: torch.Tensor, isa: int) -> QuantWeight:
         """A dense weight [N, K] (N a multiple of 16, K of 64) for radixlm's dense kernel, in its own dtype."""
         n, k = w.shape
@@ -85,8 +93,7 @@ class QuantWeight:
     def _quantize_native(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype, isa: int) -> QuantWeight:
         n, k = w.shape
         if kind == "int8":
-            q, s = quantize_int8(w)
-            return cls(kind, native.pack_int8(q), s, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
+            return cls.from_int8_codes(*int8_codes(w), act_dtype, isa)
         q, d, mn = int4_codes(w)
         codes, d, mn = native.pack_int4(q, d, mn)
         return cls(kind, codes, d, n, k, ALL_ROWS, act_dtype, "native", mn, isa)
@@ -127,7 +134,7 @@ class QuantWeight:
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32 as the kernels see it (tests compare the kernels against this)."""
         if self.backend == "native" and self.kind == "int8":
-            return native.unpack_int8(self.data).float() * self.scales[:, None]
+            return native.dequantize_int8(self.data, self.scales)
         if self.kind == "dense":
             return native.unpack_dense(self.data).float()
         if self.backend == "native":
@@ -145,12 +152,12 @@ class QuantWeight:
             return self.data[ids // 16, :, ids % 16]
         if self.kind == "int4":
             return self._int4_rows(ids)
-        if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad
+        if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad and of d
             tiles = self.data.view(self.data.shape[0], -1, 16, 4)
-            q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], self.in_features)
-        else:
-            q = self.data[ids]
-        return q.to(self.act_dtype) * self.scales[ids].unsqueeze(-1).to(self.act_dtype)
+            q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], -1, INT4_GROUP).float()
+            d = self.scales[ids // 16, :, ids % 16].float()  # [T, K / 32]
+            return (q * d[..., None]).view(ids.shape[0], self.in_features).to(self.act_dtype)
+        return self.data[ids].to(self.act_dtype) * self.scales[ids].unsqueeze(-1).to(self.act_dtype)
 
     def _int4_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Native int4 rows: a row's codes are one nibble of every k-quad's bytes of its tile."""
@@ -172,6 +179,18 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-10)
     q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
     return q, scales
+
+
+def int8_codes(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] -> (q int8 [N, K] in [-127, 127], d [N, K / 32] float16) with w ~= d q per group of 32, as GGUF's
+    Q8_0 (d = max|w| / 127, stored in float16); a Q8_0 tensor dequantized to float32 comes back exactly."""
+    n, k = w.shape
+    if k % INT4_GROUP:
+        raise ValueError(f"int8 quantization needs in_features divisible by {INT4_GROUP}, got {k}")
+    g = w.float().view(n, k // INT4_GROUP, INT4_GROUP)
+    d = (g.abs().amax(dim=-1) / 127).to(torch.float16)
+    q = torch.round(g / d.float().clamp(min=1e-30)[..., None]).clamp(-127, 127).to(torch.int8).view(n, k)
+    return q, d  # a group too small for float16's d (0) keeps q but contributes 0
 
 
 def int4_codes(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
