@@ -1,7 +1,8 @@
 """Weight-only int8 / int4 quantization for the CPU: the weights stay quantized in memory and the kernels multiply
 activations by them directly (no dequantized copy per step).
 
-- int8: symmetric, one scale per output row: w = q * s, q in [-127, 127].
+- int8: symmetric, w = d q with q in [-127, 127]: natively a float16 d per group of 32 along K (GGUF's Q8_0, whose
+  blocks load exactly); torch's backend one scale per output row.
 - int4: asymmetric groups of 32 along K, the shape of GGUF's Q4_1 blocks: w = d q + mn, q in [0, 15].
 
 Batch-1 decode reads every weight once per token and is bound by memory bandwidth, so fewer bytes is more
