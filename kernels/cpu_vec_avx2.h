@@ -144,24 +144,38 @@ inline int32_t four_bytes(const int8_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+// The int4 dot product's accumulator per k-quad: with VNNI vpdpbusd adds four unsigned code x signed byte
+// products into each int32 lane exactly; without, maddubs' int16 pairs (at most 2 * 15 * 127) summed over a
+// group's 8 k-quads (30,480) stay in int16, and one maddwd per group (acc_int32) widens them.
 #ifdef RADIXLM_DPBUSD256
-// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k]: vpdpbusd adds
-// four unsigned code x signed byte products into each int32 lane (row j), exactly.
+inline __m256i acc_codes(__m256i acc, __m256i codes, __m256i xb) { return RADIXLM_DPBUSD256(acc, codes, xb); }
+inline __m256i acc_int32(__m256i acc) { return acc; }
+#else
+inline __m256i sum4(__m256i pairs16) { return _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1)); }
+inline __m256i acc_codes(__m256i acc, __m256i codes, __m256i xb) {
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(codes, xb));
+}
+inline __m256i acc_int32(__m256i acc) { return sum4(acc); }
+#endif
+// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k], x_i = x + i k_stride.
 template <int MT>
 inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   const __m256i low = _mm256_set1_epi8(0x0F);
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  __m256i lo[MT], hi[MT];
+  for (int i = 0; i < MT; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int kq = 0; kq < 8; ++kq) {
     const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * kq));
-    const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+    const __m256i c_lo = _mm256_and_si256(packed, low), c_hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
     for (int i = 0; i < MT; ++i) {
       const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-      ip[i].lo = RADIXLM_DPBUSD256(ip[i].lo, lo, xb);
-      ip[i].hi = RADIXLM_DPBUSD256(ip[i].hi, hi, xb);
+      lo[i] = acc_codes(lo[i], c_lo, xb);
+      hi[i] = acc_codes(hi[i], c_hi, xb);
     }
   }
+  for (int i = 0; i < MT; ++i) ip[i] = {acc_int32(lo[i]), acc_int32(hi[i])};
 }
+#ifdef RADIXLM_DPBUSD256
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
 // multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group
 constexpr int32_t kInt8Bias = 128;
@@ -180,28 +194,6 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
   }
 }
 #else
-inline __m256i sum4(__m256i pairs16) { return _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1)); }
-// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k], x_i = x + i k_stride.
-// int4 codes are 0..15, so maddubs' int16 pairs (at most 2 * 15 * 127) summed over the 8 k-quads (30,480)
-// stay in int16: one maddwd per group instead of one per k-quad.
-template <int MT>
-inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  __m256i lo16[MT], hi16[MT];
-  for (int i = 0; i < MT; ++i) lo16[i] = hi16[i] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-  for (int kq = 0; kq < 8; ++kq) {
-    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * kq));
-    const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-    for (int i = 0; i < MT; ++i) {
-      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-      lo16[i] = _mm256_add_epi16(lo16[i], _mm256_maddubs_epi16(lo, xb));
-      hi16[i] = _mm256_add_epi16(hi16[i], _mm256_maddubs_epi16(hi, xb));
-    }
-  }
-  for (int i = 0; i < MT; ++i) ip[i] = {sum4(lo16[i]), sum4(hi16[i])};
-}
-// signed int8 weights in [-127, 127], exact: |w| times x with w's sign (pairs at most 2 * 127 * 127)
 // ip[i]_j = sum over one group of 32 k (8 k-quads, 64 bytes each) of w[j][k] x_i[k], exact, for int8 w in
 // [-127, 127]: |w| times x with w's sign (pairs at most 2 * 127 * 127, so one maddwd per k-quad)
 constexpr int32_t kInt8Bias = 0;
