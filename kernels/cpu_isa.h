@@ -62,8 +62,8 @@ inline bool isa_supported(int64_t isa) {
 }
 
 inline void check_isa(int64_t isa) {
-  TORCH_CHECK(isa_supported(isa), "kernel path ", isa, " (0 portable, 1 avx2, 2 avx512, 3 avx512-bf16, 4 neon, 5 avx2-vnni) is not "
-              "supported by this CPU");
+  TORCH_CHECK(isa_supported(isa), "kernel path ", isa, " (0 portable, 1 avx2, 2 avx512, 3 avx512-bf16, 4 neon, "
+              "5 avx2-vnni) is not supported by this CPU");
 }
 
 // Calls f with a null pointer of x's element type: float for float32 tensors, else bfloat16.

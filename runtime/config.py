@@ -16,7 +16,8 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 QUANT_KINDS = ("none", "int8", "int4")
-CPU_KERNELS = ("auto", "torch", "portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16", "neon")  # kernels/cpu_ext.PATHS
+# kernels/cpu_ext.PATHS
+CPU_KERNELS = ("auto", "torch", "portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16", "neon")
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
 
@@ -173,8 +174,8 @@ class ExecutionConfig:
     cuda_graph_max_bs: int = _opt(256, "largest decode batch captured in a CUDA graph (larger ones run eagerly)")
     cpu_kernels: str = _opt("auto", "radixlm's C++ CPU kernels (int4/int8 matmuls, attention, norms, the grammar "
                             "bitmask; built on first use, then cached): auto runs the fastest path this CPU has "
-                            "(avx512_bf16, avx512, avx2_vnni, avx2 or portable; neon on ARM), a path's name forces it, torch: torch's "
-                            "ops only", choices=CPU_KERNELS)
+                            "(avx512_bf16, avx512, avx2_vnni, avx2 or portable; neon on ARM), a path's name "
+                            "forces it, torch: torch's ops only", choices=CPU_KERNELS)
     enable_torch_compile: bool = _opt(False, "CPU: run decode batches through one torch.compile'd graph "
                                       "(compiled at startup, cached on disk)")
     torch_compile_max_bs: int = _opt(16, "largest decode batch the compiled CPU step runs (larger ones run eagerly)")

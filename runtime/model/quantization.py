@@ -38,9 +38,10 @@ class QuantWeight:
     backend torch: int8: data int8 [N, K], scales [N]; int4: data uint8 [Np, K / 2] (torch's packed layout,
     Np = N rounded up to 16), scales [K / 32, Np, 2] holding (scale, zero) per group.
     backend native (16-row tiles, see cpu_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales
-    float16 [N / 16, K / 32, 16] (w = d q per group of 32, GGUF's Q8_0); int4: data uint8 [N / 16, K / 4, 32], scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn;
-    mins None for Q4_0's w = d (q - 8)); dense: data [N / 16, K, 16] in the activation dtype, no scales (the
-    batch-invariant dense matmul, for bfloat16 models: ``tile_dense``)."""
+    float16 [N / 16, K / 32, 16] (w = d q per group of 32, GGUF's Q8_0); int4: data uint8 [N / 16, K / 4, 32],
+    scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn; mins None for Q4_0's w = d (q - 8)); dense:
+    data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
+    models: ``tile_dense``)."""
 
     kind: str
     data: torch.Tensor
