@@ -198,7 +198,7 @@ def test_auto_quantization_follows_the_file(smol_files):
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
-def test_gguf_int4_layers_load_as_their_own_blocks(smol_files):
+def test_gguf_q4_1_layers_and_q8_0_table_load_as_their_own_blocks(smol_files):
     """A Q4_1 file's layers go straight to the int4 kernels' layout, and its Q8_0 embedding table (the tied LM
     head) to the int8 kernels' (per group of 32, as Q8_0): dequantized, exactly the file's weights (Q/K rows
     un-permuted like the dense path); with torch's kernels they are dequantized first."""
