@@ -20,8 +20,9 @@ namespace radixlm_avx2 {
 #pragma GCC pop_options
 
 #ifdef RADIXLM_WITH_VNNI  // the AVX2 + VNNI path, in its VEX and EVEX encodings (cpu_isa.h)
+#if RADIXLM_HAS_AVXVNNI
 #define RADIXLM_AVX2_VNNI_CALL(fn, ...) \
-  (__builtin_cpu_supports("avxvnni") ? radixlm_avxvnni::fn(__VA_ARGS__) : radixlm_avxvnni_evex::fn(__VA_ARGS__))
+  (::radixlm_cpu::has_avx_vnni() ? radixlm_avxvnni::fn(__VA_ARGS__) : radixlm_avxvnni_evex::fn(__VA_ARGS__))
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace radixlm_avxvnni {
@@ -31,6 +32,9 @@ namespace radixlm_avxvnni {
 #undef RADIXLM_DPBUSD256
 }  // namespace radixlm_avxvnni
 #pragma GCC pop_options
+#else
+#define RADIXLM_AVX2_VNNI_CALL(fn, ...) radixlm_avxvnni_evex::fn(__VA_ARGS__)
+#endif
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")

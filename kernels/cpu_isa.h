@@ -35,7 +35,27 @@
 
 #include "cpu_types.h"
 
+// Compilers that know the avxvnni target (GCC 11, clang 12); with older ones the AVX2 + VNNI path is built in
+// its EVEX encoding only, so it runs on AVX512-VNNI CPUs only.
+#ifndef RADIXLM_HAS_AVXVNNI  // (a build may set it to 0)
+#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 12) || \
+                            (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define RADIXLM_HAS_AVXVNNI 1
+#else
+#define RADIXLM_HAS_AVXVNNI 0
+#endif
+#endif
+
 namespace radixlm_cpu {
+
+// Whether the CPU runs vpdpbusd's VEX encoding (AVX-VNNI) and this build has it.
+inline bool has_avx_vnni() {
+#if RADIXLM_HAS_AVXVNNI
+  return __builtin_cpu_supports("avxvnni");
+#else
+  return false;
+#endif
+}
 
 enum Isa : int64_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kNeon = 4, kAvx2Vnni = 5 };
 
@@ -50,7 +70,7 @@ inline bool isa_supported(int64_t isa) {
              __builtin_cpu_supports("avx512vnni");
     case kAvx512Bf16: return isa_supported(kAvx512) && __builtin_cpu_supports("avx512bf16");
     case kAvx2Vnni:
-      return isa_supported(kAvx2) && (__builtin_cpu_supports("avxvnni") ||
+      return isa_supported(kAvx2) && (has_avx_vnni() ||
                                       (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")));
     default: return false;
   }
