@@ -23,7 +23,7 @@ import torch
 from radixlm.kernels import cpu_matmul as native
 from radixlm.runtime.config import QUANT_KINDS
 
-INT4_GROUP = 32
+GROUP = 32  # int4 and int8 scale groups along K (and torch's int4 kernel's group size)
 # torch backend: largest batch (rows of x) for which the quantized kernel beats the dense bf16 matmul over
 # SmolLM2's shapes (int4 up to 16 rows; int8 only at one row, which also keeps the compiled decode graph
 # free of a batch-size branch).
@@ -115,7 +115,7 @@ class QuantWeight:
             return ((x.float()[:, None, :] * self.data.float()[None]).sum(-1) * self.scales.float()).to(x.dtype)
         if self.kind == "int8":
             return torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.data, self.scales)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.data, INT4_GROUP, self.scales)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.data, GROUP, self.scales)
         return y if y.shape[1] == self.out_features else y[:, : self.out_features]
 
     @property
@@ -145,7 +145,7 @@ class QuantWeight:
             return self.data.float() * self.scales.float()[:, None]
         k = self.data.shape[1] * 2
         eye = torch.eye(k, dtype=self.scales.dtype)
-        w_t = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.data, INT4_GROUP, self.scales)  # [K, Np]
+        w_t = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.data, GROUP, self.scales)  # [K, Np]
         return w_t.float().t()[: self.out_features].contiguous()
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
@@ -156,7 +156,7 @@ class QuantWeight:
             return self._int4_rows(ids)
         if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad and of d
             tiles = self.data.view(self.data.shape[0], -1, 16, 4)
-            q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], -1, INT4_GROUP).float()
+            q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], -1, GROUP).float()
             d = self.scales[ids // 16, :, ids % 16].float()  # [T, K / 32]
             return (q * d[..., None]).view(ids.shape[0], self.in_features).to(self.act_dtype)
         return self.data[ids].to(self.act_dtype) * self.scales[ids].unsqueeze(-1).to(self.act_dtype)
@@ -171,7 +171,7 @@ class QuantWeight:
         q = torch.where((lane >= 8)[:, None, None], nib >> 4, nib & 15).reshape(ids.shape[0], self.in_features)
         d = self.scales[tile, :, lane].float()  # [T, K / 32]
         mn = self.mins[tile, :, lane].float() if self.mins is not None else -8 * d
-        w = q.float().view(ids.shape[0], -1, INT4_GROUP) * d[..., None] + mn[..., None]
+        w = q.float().view(ids.shape[0], -1, GROUP) * d[..., None] + mn[..., None]
         return w.view(ids.shape[0], self.in_features).to(self.act_dtype)
 
 
@@ -183,13 +183,19 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales
 
 
+def _groups(w: torch.Tensor, kind: str) -> torch.Tensor:
+    """w [N, K] -> float32 [N, K / 32, 32], its groups of 32 along K."""
+    n, k = w.shape
+    if k % GROUP:
+        raise ValueError(f"{kind} quantization needs in_features divisible by {GROUP}, got {k}")
+    return w.float().view(n, k // GROUP, GROUP)
+
+
 def int8_codes(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """w [N, K] -> (q int8 [N, K] in [-127, 127], d [N, K / 32] float16) with w ~= d q per group of 32, as GGUF's
     Q8_0 (d = max|w| / 127, stored in float16); a Q8_0 tensor dequantized to float32 comes back exactly."""
     n, k = w.shape
-    if k % INT4_GROUP:
-        raise ValueError(f"int8 quantization needs in_features divisible by {INT4_GROUP}, got {k}")
-    g = w.float().view(n, k // INT4_GROUP, INT4_GROUP)
+    g = _groups(w, "int8")
     d = (g.abs().amax(dim=-1) / 127).to(torch.float16)
     q = torch.round(g / d.float().clamp(min=1e-30)[..., None]).clamp(-127, 127).to(torch.int8).view(n, k)
     return q, d  # a group too small for float16's d (0) keeps q but contributes 0
@@ -199,9 +205,7 @@ def int4_codes(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     """w [N, K] -> (codes [N, K] in [0, 15], d [N, K / 32], mn [N, K / 32]) with w ~= d q + mn per group of 32,
     mapping each group's [min, max] onto [0, 15]; a Q4_1 block whose codes span 0..15 comes back exactly."""
     n, k = w.shape
-    if k % INT4_GROUP:
-        raise ValueError(f"int4 quantization needs in_features divisible by {INT4_GROUP}, got {k}")
-    g = w.float().view(n, k // INT4_GROUP, INT4_GROUP)
+    g = _groups(w, "int4")
     lo, hi = g.amin(dim=-1), g.amax(dim=-1)  # [N, G]
     d = ((hi - lo) / 15).clamp(min=1e-10)
     q = torch.round((g - lo[..., None]) / d[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
