@@ -37,6 +37,7 @@ _SLOWEST_FIRST = ("portable", "neon", "avx2", "avx2_vnni", "avx512", "avx512_bf1
 _X86_PATHS = ("portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16")
 MACHINE_PATHS = {"x86_64": _X86_PATHS, "AMD64": _X86_PATHS, "aarch64": ("portable", "neon"),
                  "arm64": ("portable", "neon")}.get(platform.machine(), ("portable",))
+CAPABILITY_ENV = "RADIXLM_CPU_CAPABILITY"  # the fastest path supported() reports, if set
 SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
            "cpu_decoder_layer.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
@@ -94,10 +95,18 @@ def exclusive_build(folder: str):
 
 @functools.cache
 def supported() -> tuple[str, ...]:
-    """The kernel paths this CPU runs, slowest first (empty if the kernels did not build)."""
+    """The kernel paths this CPU runs, slowest first (empty if the kernels did not build), up to the path
+    named in $RADIXLM_CPU_CAPABILITY if set: like torch's ATEN_CPU_CAPABILITY, it makes a CPU act as an
+    older one (an AVX512 machine as an AVX2-only one, to test or time what such a CPU runs)."""
     if not available():
         return ()
-    return tuple(p for p in _SLOWEST_FIRST if torch.ops.radixlm_cpu.isa_supported(PATHS.index(p)))
+    paths = tuple(p for p in _SLOWEST_FIRST if torch.ops.radixlm_cpu.isa_supported(PATHS.index(p)))
+    cap = os.environ.get(CAPABILITY_ENV)
+    if not cap:
+        return paths
+    if cap not in paths:
+        raise ValueError(f"${CAPABILITY_ENV}: must be one of this CPU's paths {paths}, got {cap!r}")
+    return paths[:paths.index(cap) + 1]
 
 
 def resolve(choice: str) -> int | None:

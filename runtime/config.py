@@ -68,8 +68,8 @@ class LoadConfig:
 
     model: str | None = _opt(None, "GGUF file or Hugging Face folder; omitted: the embedded SmolLM2-135M-Instruct")
     dtype: str = _opt("auto", "weight and activation dtype", choices=DTYPES)
-    quantization: str = _opt("auto", "weight-only quantization on the CPU: int8 (per-row) or int4 (groups of 32, "
-                             "like GGUF's Q4_1; the embedding / LM head stays int8); auto: what the file holds "
+    quantization: str = _opt("auto", "weight-only quantization on the CPU: int8 (groups of 32, like GGUF's Q8_0) or "
+                             "int4 (groups of 32, like Q4_1; the embedding / LM head stays int8); auto: what the file holds "
                              "(4-bit GGUF layers stay int4, 5- to 8-bit ones become int8, float ones and Hugging "
                              "Face folders stay dense; dense on CUDA)", choices=("auto", *QUANT_KINDS))
     quantized_prefill: bool = _opt(False, "with --quantization on torch's kernels: drop the dense weights and run "

@@ -91,6 +91,24 @@ def test_paths_resolve_and_refuse_what_the_cpu_lacks():
 
 
 @built
+def test_the_capability_variable_makes_the_cpu_act_as_an_older_one(monkeypatch):
+    full = cpu_ext.supported()
+    try:
+        for cap in full[:2]:  # portable, then the next path up: supported() and auto stop there
+            monkeypatch.setenv(cpu_ext.CAPABILITY_ENV, cap)
+            cpu_ext.supported.cache_clear()
+            assert cpu_ext.supported() == full[:full.index(cap) + 1] and cpu_ext.resolve("auto") == isa(cap)
+        monkeypatch.setenv(cpu_ext.CAPABILITY_ENV, "sse9")
+        cpu_ext.supported.cache_clear()
+        with pytest.raises(ValueError, match="RADIXLM_CPU_CAPABILITY"):
+            cpu_ext.supported()
+    finally:
+        monkeypatch.delenv(cpu_ext.CAPABILITY_ENV)
+        cpu_ext.supported.cache_clear()
+    assert cpu_ext.supported() == full
+
+
+@built
 @pytest.mark.parametrize("path", PATH_PARAMS)
 @pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 13, 40])  # every run of 8 / 4 / 2 / 1 rows, and prefill
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
