@@ -120,7 +120,9 @@ def resolve(choice: str) -> int | None:
     if choice not in PATHS:
         raise ValueError(f"cpu_kernels must be 'auto', 'torch' or one of {PATHS}, got {choice!r}")
     if choice not in paths:
-        raise ValueError(f"cpu_kernels: this CPU has no {PATH_NAMES[choice]} (it runs {', '.join(paths) or 'none'})")
+        hidden = f", ${CAPABILITY_ENV} is {os.environ[CAPABILITY_ENV]}" if os.environ.get(CAPABILITY_ENV) else ""
+        raise ValueError(f"cpu_kernels: this CPU has no {PATH_NAMES[choice]} (it runs {', '.join(paths) or 'none'}"
+                         f"{hidden})")
     return PATHS.index(choice)
 
 
