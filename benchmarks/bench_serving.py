@@ -42,10 +42,24 @@ class Result:
     cached_tokens: int = 0
     chunks: int = 0
     text: str = ""
+    stale: bool = False  # the server closed the connection before any response: it never saw the request
+    retried: bool = False
 
 
 async def completion(client: httpx.AsyncClient, base: str, model: str, messages: list[dict], out_len: int,
                      extra: dict) -> Result:
+    """One streamed chat request. A pooled keep-alive connection the server closed while it sat idle fails
+    the request before any response (llama-server's HTTP library closes idle ones after 5 s): that request
+    never reached the server, so it is sent once more, as a browser or the OpenAI client would."""
+    res = await attempt(client, base, model, messages, out_len, extra)
+    if res.stale:
+        res = await attempt(client, base, model, messages, out_len, extra)
+        res.retried = True
+    return res
+
+
+async def attempt(client: httpx.AsyncClient, base: str, model: str, messages: list[dict], out_len: int,
+                  extra: dict) -> Result:
     body = {"model": model, "messages": messages, "max_tokens": out_len, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, **extra}
     res, start = Result(), time.perf_counter()
@@ -79,6 +93,7 @@ async def completion(client: httpx.AsyncClient, base: str, model: str, messages:
         res.e2e, res.ok = time.perf_counter() - start, True
     except httpx.HTTPError as e:
         res.error = repr(e)
+        res.stale = isinstance(e, httpx.RemoteProtocolError) and "without sending a response" in str(e)
     return res
 
 
@@ -142,7 +157,8 @@ def summarize(results: list[Result], wall: float) -> dict:
     tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     itl = [x for r in ok for x in r.itl]
     out_tokens, prompt_tokens = sum(r.output_tokens for r in ok), sum(r.prompt_tokens for r in ok)
-    stats = {"requests": len(results), "errors": len(results) - len(ok), "duration_s": wall,
+    stats = {"requests": len(results), "errors": len(results) - len(ok), "retried": sum(r.retried for r in results),
+             "duration_s": wall,
              "request_throughput": len(ok) / wall, "output_throughput": out_tokens / wall,
              "total_throughput": (out_tokens + prompt_tokens) / wall,
              "cache_hit_rate": sum(r.cached_tokens for r in ok) / max(prompt_tokens, 1)}

@@ -85,7 +85,8 @@ def weight_bytes(model: str | None) -> list[tuple[str, float]]:
             ("Q8_0 / radixlm int8 (8.5 bits: codes, a float16 scale per 32)", params * 8.5 / 8),
             ("Q4_0 / int4 without minimums (4.5 bits)", params * 4.5 / 8),
             ("Q4_1 / radixlm int4 (5 bits: codes, scale, minimum)", params * 5 / 8),
-            ("radixlm int4 layers + int8 LM head (the default for a Q4 file)", (params - head) * 5 / 8 + head * 8.5 / 8)]
+            ("radixlm int4 layers + int8 LM head (the default for a Q4 file)",
+             (params - head) * 5 / 8 + head * 8.5 / 8)]
 
 
 def main() -> None:

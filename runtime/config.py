@@ -68,10 +68,11 @@ class LoadConfig:
 
     model: str | None = _opt(None, "GGUF file or Hugging Face folder; omitted: the embedded SmolLM2-135M-Instruct")
     dtype: str = _opt("auto", "weight and activation dtype", choices=DTYPES)
-    quantization: str = _opt("auto", "weight-only quantization on the CPU: int8 (groups of 32, like GGUF's Q8_0) or "
-                             "int4 (groups of 32, like Q4_1; the embedding / LM head stays int8); auto: what the file holds "
-                             "(4-bit GGUF layers stay int4, 5- to 8-bit ones become int8, float ones and Hugging "
-                             "Face folders stay dense; dense on CUDA)", choices=("auto", *QUANT_KINDS))
+    quantization: str = _opt("auto", "weight-only quantization on the CPU: int8 (groups of 32, like GGUF's "
+                             "Q8_0) or int4 (groups of 32, like Q4_1; the embedding / LM head stays int8); "
+                             "auto: what the file holds (4-bit GGUF layers stay int4, 5- to 8-bit ones become "
+                             "int8, float ones and Hugging Face folders stay dense; dense on CUDA)",
+                             choices=("auto", *QUANT_KINDS))
     quantized_prefill: bool = _opt(False, "with --quantization on torch's kernels: drop the dense weights and run "
                                    "prefill through the quantized kernels too (less memory, slower prefill). "
                                    "radixlm's kernels always do: they beat the dense matmul at every batch")

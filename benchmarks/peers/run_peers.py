@@ -125,7 +125,8 @@ def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm
                                                          "per_group": 2, "output_len": 8})))  # warm-up
             out[w] = asyncio.run(main_async(args))
             print(f"  {system} {w}: {out[w]['output_throughput']:.1f} tok/s, TTFT {out[w]['mean_ttft_ms']:.0f} ms, "
-                  f"TPOT {out[w]['mean_tpot_ms']:.1f} ms, errors {out[w]['errors']}", flush=True)
+                  f"TPOT {out[w]['mean_tpot_ms']:.1f} ms, errors {out[w]['errors']}, "
+                  f"retried {out[w]['retried']}", flush=True)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
