@@ -17,6 +17,7 @@ from radixlm.runtime.model.invariance import invariance_gaps
 from radixlm.runtime.model.layers import HeadShard
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.quantization import quantize_model
+from radixlm.runtime.model.weight_arena import move_to_arena
 
 log = logging.getLogger("radixlm.model")
 
@@ -36,6 +37,10 @@ class ModelRunner:
             log.info("CPU kernels: %s", cpu_ext.describe(self.cpu_isa))
         quantize_model(model, config.load.quantization, keep_dense=not config.load.quantized_prefill, isa=self.cpu_isa,
                        deterministic=config.execution.deterministic)
+        self.weight_arena = move_to_arena(model) if self.device.type == "cpu" else None
+        if self.weight_arena is not None:
+            log.info("weights: %d tensors, %.1f MB in one block (transparent huge pages: %s)", self.weight_arena.tensors,
+                     self.weight_arena.nbytes / 1e6, self.weight_arena.huge_pages)
         cfg = model.cfg
         self.max_context = min(config.load.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self._build_pool(config, dtype)

@@ -1,0 +1,105 @@
+"""The CPU kernels' weights moved into one block of memory, in the order a decode step reads them.
+
+A decode step at batch 1 streams every weight once, so its speed is the speed at which memory delivers
+them. Where the loader's allocations left them, the weights are spread over 4 KB pages scattered through
+physical memory; every page costs a TLB miss and a page walk, nested through the hypervisor's tables on
+a VM, and the walks' own table entries have left the caches since the step before read them. One
+anonymous mapping, 2 MB aligned and advised for transparent huge pages, holds them instead: the layers'
+weights in layer order (each layer's qkv, o, gate_up, down, each as codes, scales, minimums), then the LM
+head. The kernels read the same bytes from the new addresses, so no result changes. Where the kernel does
+not grant huge pages (``/sys/kernel/mm/transparent_hugepage/enabled`` set to ``never``) the block is still
+one fresh, contiguous mapping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from radixlm.runtime.model.quantization import QuantWeight
+
+HUGE_PAGE = 2 << 20
+ALIGN = 64  # each tensor starts on a cache line
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+@dataclass(frozen=True)
+class WeightArena:
+    """The block: ``buffer`` uint8 [nbytes] (the tensors are views of it); ``huge_pages`` the kernel's THP
+    setting (always / madvise / never) or None where it has none."""
+
+    buffer: torch.Tensor
+    tensors: int
+    huge_pages: str | None
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.numel()
+
+    def holds(self, t: torch.Tensor) -> bool:
+        start = self.buffer.data_ptr()
+        return start <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= start + self.nbytes
+
+
+def read_order(model: nn.Module) -> list[nn.Module]:
+    """The modules whose weights radixlm's kernels read, in the order a forward pass reads them: every
+    module with a native QuantWeight in registration order (the layers in turn), the LM head last (tied to
+    the embedding, it is registered first but read after the layers)."""
+    mods = [m for m in model.modules() if isinstance(getattr(m, "quant", None), QuantWeight)
+            and m.quant.backend == "native"]
+    head = getattr(model, "lm_head", None)
+    return [m for m in mods if m is not head] + [m for m in mods if m is head]
+
+
+def move_to_arena(model: nn.Module) -> WeightArena | None:
+    """Copy the native weights of ``model`` (CPU) into one arena and point its QuantWeights at the copies;
+    None when it has none. The old tensors are freed as their last references go."""
+    mods = read_order(model)
+    if not mods:
+        return None
+    parts = [[t for t in (m.quant.data, m.quant.scales, m.quant.mins) if t is not None and t.numel() > 0]
+             for m in mods]
+    sizes = [_aligned(t.numel() * t.element_size()) for ts in parts for t in ts]
+    buffer, huge = _allocate(sum(sizes))
+    offset = 0
+    for m, ts in zip(mods, parts, strict=True):
+        copies = {}
+        for t in ts:
+            n = t.numel() * t.element_size()
+            copies[id(t)] = buffer[offset:offset + n].view(t.dtype).view(t.shape).copy_(t)
+            offset += _aligned(n)
+        q = m.quant
+        m.quant = dataclasses.replace(q, data=copies[id(q.data)], scales=copies.get(id(q.scales), q.scales),
+                                      mins=None if q.mins is None else copies.get(id(q.mins), q.mins))
+    return WeightArena(buffer, len(sizes), huge)
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _allocate(nbytes: int) -> tuple[torch.Tensor, str | None]:
+    """uint8 [nbytes] starting on a 2 MB boundary of a private anonymous mapping advised for huge pages
+    (before any page of it is touched, so the kernel can back it with them from the first fault)."""
+    if not hasattr(mmap, "MAP_ANONYMOUS"):  # not Linux / BSD: an ordinary allocation, still one block
+        return torch.empty(nbytes, dtype=torch.uint8), None
+    block = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        block.madvise(mmap.MADV_HUGEPAGE)
+    whole = torch.frombuffer(block, dtype=torch.uint8)  # holds a reference to the mapping
+    start = -whole.data_ptr() % HUGE_PAGE
+    return whole[start:start + nbytes], _thp_setting()
+
+
+def _thp_setting() -> str | None:
+    """The bracketed choice of the kernel's transparent huge page setting, e.g. 'madvise'."""
+    try:
+        with open(THP_SETTING) as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else None
