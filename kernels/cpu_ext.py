@@ -58,9 +58,11 @@ def available() -> bool:
     start = time.monotonic()
     bar = tqdm(total=1, desc="radixlm CPU kernels (built once per machine)", disable=not sys.stderr.isatty())
     try:
-        with exclusive_build(build_directory()):
+        folder = build_directory()
+        with exclusive_build(folder):
             cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
-                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+                               extra_ldflags=["-fopenmp"], build_directory=folder, is_python_module=False,
+                               verbose=False)
     except Exception as exc:  # no compiler, no ninja, ...: torch's ops stay in use
         log.warning("radixlm's CPU kernels did not build (%s); using torch's ops", exc)
         return False
@@ -73,10 +75,12 @@ def available() -> bool:
 
 
 def build_directory() -> str:
-    """The folder torch's extension builder uses for these kernels (under TORCH_EXTENSIONS_DIR)."""
-    from torch.utils import cpp_extension
-
-    return cpp_extension._get_build_directory("radixlm_cpu_kernels", verbose=False)
+    """The kernels' build folder, under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions) like torch's
+    own builds, one per Python and torch version (a build links against both)."""
+    base = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                   "torch_extensions")
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__.replace('+', '_')}"
+    return os.path.join(base, f"radixlm_cpu_kernels-{tag}")
 
 
 @contextlib.contextmanager
