@@ -57,6 +57,20 @@ def test_a_model_without_native_weights_has_no_arena():
     assert read_order(model) == [] and move_to_arena(model) is None
 
 
+def test_a_refused_mapping_leaves_the_weights_in_place(monkeypatch):
+    from radixlm.runtime.model import weight_arena
+
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    model = random_model(HEAD64, seed=0)
+    quantize_model(model, "int4", keep_dense=False, isa=cpu_ext.resolve("auto"))
+    before = [id(m.quant.data) for m in read_order(model)]
+    monkeypatch.setattr(weight_arena.mmap, "mmap", refuse)
+    assert move_to_arena(model) is None
+    assert [id(m.quant.data) for m in read_order(model)] == before
+
+
 def test_the_engine_runs_from_the_arena():
     """The runner moves the weights before it builds the fused layers, which then read the arena's copies;
     greedy tokens and logprobs are the same bits as from copies outside it."""

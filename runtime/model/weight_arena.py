@@ -14,6 +14,7 @@ one fresh, contiguous mapping.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import mmap
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from radixlm.runtime.model.quantization import QuantWeight
 HUGE_PAGE = 2 << 20
 ALIGN = 64  # each tensor starts on a cache line
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+log = logging.getLogger("radixlm.model")
 
 
 @dataclass(frozen=True)
@@ -57,14 +59,19 @@ def read_order(model: nn.Module) -> list[nn.Module]:
 
 def move_to_arena(model: nn.Module) -> WeightArena | None:
     """Copy the native weights of ``model`` (CPU) into one arena and point its QuantWeights at the copies;
-    None when it has none. The old tensors are freed as their last references go."""
+    None when it has none, or when the system refuses the mapping (the weights then stay where they are).
+    The old tensors are freed as their last references go."""
     mods = read_order(model)
     if not mods:
         return None
     parts = [[t for t in (m.quant.data, m.quant.scales, m.quant.mins) if t is not None and t.numel() > 0]
              for m in mods]
     sizes = [_aligned(t.numel() * t.element_size()) for ts in parts for t in ts]
-    buffer, huge = _allocate(sum(sizes))
+    try:
+        buffer, huge = _allocate(sum(sizes))
+    except OSError as e:  # an address-space limit, no memory for the mapping: a slower step, not a failure
+        log.warning("weights left in place: could not map %.1f MB for them (%s)", sum(sizes) / 1e6, e)
+        return None
     offset = 0
     for m, ts in zip(mods, parts, strict=True):
         copies = {}
