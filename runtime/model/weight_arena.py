@@ -1,14 +1,14 @@
 """The CPU kernels' weights moved into one block of memory, in the order a decode step reads them.
 
 A decode step at batch 1 streams every weight once, so its speed is the speed at which memory delivers
-them. Where the loader's allocations left them, the weights are spread over 4 KB pages scattered through
-physical memory; every page costs a TLB miss and a page walk, nested through the hypervisor's tables on
-a VM, and the walks' own table entries have left the caches since the step before read them. One
-anonymous mapping, 2 MB aligned and advised for transparent huge pages, holds them instead: the layers'
-weights in layer order (each layer's qkv, o, gate_up, down, each as codes, scales, minimums), then the LM
-head. The kernels read the same bytes from the new addresses, so no result changes. Where the kernel does
-not grant huge pages (``/sys/kernel/mm/transparent_hugepage/enabled`` set to ``never``) the block is still
-one fresh, contiguous mapping.
+them. Left where the loader's allocations put them (4 KB pages scattered through physical memory), the
+same bytes streamed slower than a fresh copy of them (benchmarks/results/2026-12-05-notes.md); the likely
+cost is the TLB: a miss per page, each a page walk that a VM nests through the hypervisor's tables. One
+private anonymous mapping, 2 MB aligned and advised for transparent huge pages before its first touch,
+holds them instead: the layers' weights in layer order (each layer's qkv, o, gate_up, down, each as codes,
+scales, minimums), then the LM head. The kernels read the same bytes from the new addresses, so no result
+changes. Where the kernel grants no huge pages (``/sys/kernel/mm/transparent_hugepage/enabled`` set to
+``never``) the block is still one fresh mapping.
 """
 
 from __future__ import annotations
