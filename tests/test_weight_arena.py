@@ -93,3 +93,27 @@ def test_the_engine_runs_from_the_arena():
         assert a["output_ids"] == b["output_ids"]
         assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
         assert a["meta_info"]["input_token_logprobs"] == b["meta_info"]["input_token_logprobs"]
+
+
+def test_freed_heap_goes_back_to_the_system():
+    """glibc keeps freed heap pages resident; release_freed_heap returns them (the weights' old copies)."""
+    import os
+
+    from radixlm.runtime.model.weight_arena import release_freed_heap
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    if not os.path.exists("/proc/self/statm"):
+        pytest.skip("no /proc here")
+
+    kept, freed = [], []
+    for i in range(3000):  # 64 KB blocks: under glibc's mmap threshold, so they come from the heap
+        (kept if i % 2 else freed).append(bytearray(64 << 10))
+    before = rss()
+    freed.clear()  # holes between the kept blocks: free() cannot shrink the heap's top past them
+    if not release_freed_heap():
+        pytest.skip("no glibc malloc_trim here")
+    assert rss() < before - 50 * 2**20
+    assert len(kept) == 1500

@@ -13,6 +13,8 @@ changes. Where the kernel grants no huge pages (``/sys/kernel/mm/transparent_hug
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import logging
 import mmap
@@ -82,7 +84,20 @@ def move_to_arena(model: nn.Module) -> WeightArena | None:
         q = m.quant
         m.quant = dataclasses.replace(q, data=copies[id(q.data)], scales=copies.get(id(q.scales), q.scales),
                                       mins=None if q.mins is None else copies.get(id(q.mins), q.mins))
+    release_freed_heap()
     return WeightArena(buffer, len(sizes), huge)
+
+
+def release_freed_heap() -> bool:
+    """Hand the heap pages freed by the move (and by loading) back to the system: glibc keeps freed heap
+    memory mapped, so the old weights' copies would stay in the process's resident memory. False where
+    there is no glibc."""
+    path = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(path) if path else None
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return False
+    libc.malloc_trim(0)
+    return True
 
 
 def _aligned(n: int) -> int:
