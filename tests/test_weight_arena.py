@@ -14,17 +14,12 @@ from radixlm.runtime.engine import Engine
 from radixlm.runtime.model.fused import PROJECTIONS, FusedLayers, _linears
 from radixlm.runtime.model.loader import random_model
 from radixlm.runtime.model.quantization import quantize_model
-from radixlm.runtime.model.weight_arena import HUGE_PAGE, move_to_arena, read_order
+from radixlm.runtime.model.weight_arena import HUGE_PAGE, move_to_arena, read_order, weight_tensors
 
 from .conftest import TINY
 
 pytestmark = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 HEAD64 = dataclasses.replace(TINY, num_heads=4, num_kv_heads=2, head_dim=64, hidden_size=128)
-
-
-def weights(module) -> list[torch.Tensor]:
-    q = module.quant
-    return [t for t in (q.data, q.scales, q.mins) if t is not None and t.numel() > 0]
 
 
 @pytest.mark.parametrize("kind", ["int4", "int8", "none"])
@@ -42,7 +37,7 @@ def test_weights_move_in_read_order_and_multiply_the_same(kind):
     arena = move_to_arena(model)
 
     assert arena is not None and arena.buffer.data_ptr() % HUGE_PAGE == 0
-    moved = [t for m in mods for t in weights(m)]
+    moved = [t for m in mods for t in weight_tensors(m.quant)]
     assert arena.tensors == len(moved) and all(arena.holds(t) for t in moved)
     starts = [t.data_ptr() for t in moved]
     assert starts == sorted(starts) and all(s % 64 == 0 for s in starts)
@@ -77,7 +72,7 @@ def test_the_engine_runs_from_the_arena():
     moved = Engine.from_model(random_model(HEAD64, seed=0), None, quantization="int4", max_total_tokens=2048)
     arena, runner = moved.runner.weight_arena, moved.runner
     assert arena is not None and runner.fused is not None
-    assert all(arena.holds(t) for m in read_order(moved.model) for t in weights(m))
+    assert all(arena.holds(t) for m in read_order(moved.model) for t in weight_tensors(m.quant))
     outside = Engine.from_model(random_model(HEAD64, seed=0), None, quantization="int4", max_total_tokens=2048)
     for m in read_order(outside.model):
         q = m.quant
@@ -100,10 +95,7 @@ def test_freed_heap_goes_back_to_the_system():
     import os
 
     from radixlm.runtime.model.weight_arena import release_freed_heap
-
-    def rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    from radixlm.runtime.serve.scheduler_process import rss_mb
 
     if not os.path.exists("/proc/self/statm"):
         pytest.skip("no /proc here")
@@ -111,9 +103,9 @@ def test_freed_heap_goes_back_to_the_system():
     kept, freed = [], []
     for i in range(3000):  # 64 KB blocks: under glibc's mmap threshold, so they come from the heap
         (kept if i % 2 else freed).append(bytearray(64 << 10))
-    before = rss()
+    before = rss_mb()
     freed.clear()  # holes between the kept blocks: free() cannot shrink the heap's top past them
     if not release_freed_heap():
         pytest.skip("no glibc malloc_trim here")
-    assert rss() < before - 50 * 2**20
+    assert rss_mb() < before - 50
     assert len(kept) == 1500

@@ -14,7 +14,6 @@ changes. Where the kernel grants no huge pages (``/sys/kernel/mm/transparent_hug
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import dataclasses
 import logging
 import mmap
@@ -59,6 +58,11 @@ def read_order(model: nn.Module) -> list[nn.Module]:
     return [m for m in mods if m is not head] + [m for m in mods if m is head]
 
 
+def weight_tensors(q: QuantWeight) -> list[torch.Tensor]:
+    """The tensors of ``q`` the kernels read: codes, scales, minimums (none empty or missing)."""
+    return [t for t in (q.data, q.scales, q.mins) if t is not None and t.numel() > 0]
+
+
 def move_to_arena(model: nn.Module) -> WeightArena | None:
     """Copy the native weights of ``model`` (CPU) into one arena and point its QuantWeights at the copies;
     None when it has none, or when the system refuses the mapping (the weights then stay where they are).
@@ -66,35 +70,40 @@ def move_to_arena(model: nn.Module) -> WeightArena | None:
     mods = read_order(model)
     if not mods:
         return None
-    parts = [[t for t in (m.quant.data, m.quant.scales, m.quant.mins) if t is not None and t.numel() > 0]
-             for m in mods]
-    sizes = [_aligned(t.numel() * t.element_size()) for ts in parts for t in ts]
+    tensors = [t for m in mods for t in weight_tensors(m.quant)]
+    total = sum(_aligned(t.numel() * t.element_size()) for t in tensors)
     try:
-        buffer, huge = _allocate(sum(sizes))
+        buffer, huge = _allocate(total)
     except OSError as e:  # an address-space limit, no memory for the mapping: a slower step, not a failure
-        log.warning("weights left in place: could not map %.1f MB for them (%s)", sum(sizes) / 1e6, e)
+        log.warning("weights left in place: could not map %.1f MB for them (%s)", total / 1e6, e)
         return None
     offset = 0
-    for m, ts in zip(mods, parts, strict=True):
-        copies = {}
-        for t in ts:
-            n = t.numel() * t.element_size()
-            copies[id(t)] = buffer[offset:offset + n].view(t.dtype).view(t.shape).copy_(t)
-            offset += _aligned(n)
+
+    def place(t: torch.Tensor | None) -> torch.Tensor | None:
+        nonlocal offset
+        if t is None or t.numel() == 0:
+            return t
+        n = t.numel() * t.element_size()
+        copy = buffer[offset:offset + n].view(t.dtype).view(t.shape).copy_(t)
+        offset += _aligned(n)
+        return copy
+
+    for m in mods:
         q = m.quant
-        m.quant = dataclasses.replace(q, data=copies[id(q.data)], scales=copies.get(id(q.scales), q.scales),
-                                      mins=None if q.mins is None else copies.get(id(q.mins), q.mins))
+        m.quant = dataclasses.replace(q, data=place(q.data), scales=place(q.scales), mins=place(q.mins))
     release_freed_heap()
-    return WeightArena(buffer, len(sizes), huge)
+    return WeightArena(buffer, len(tensors), huge)
 
 
 def release_freed_heap() -> bool:
     """Hand the heap pages freed by the move (and by loading) back to the system: glibc keeps freed heap
     memory mapped, so the old weights' copies would stay in the process's resident memory. False where
     there is no glibc."""
-    path = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(path) if path else None
-    if libc is None or not hasattr(libc, "malloc_trim"):
+    try:
+        libc = ctypes.CDLL(None)  # the symbols already loaded into the process, the C library's among them
+    except (OSError, TypeError):  # Windows has no such handle
+        return False
+    if not hasattr(libc, "malloc_trim"):
         return False
     libc.malloc_trim(0)
     return True
