@@ -6,7 +6,8 @@ left them: one decode forward at a fixed context, replayed, the variants alterna
 The Engine's defaults (the fused decoder layers), its weight block turned off while it loads; then the same
 weights are copied into a block and a second set of fused layers is built on them. Each repetition runs 40
 forwards of the same ForwardBatch (the same KV slot rewritten, so the context stays put) per variant; the
-logits must be equal bit for bit. Medians over the repetitions, and their ratio.
+logits must be equal bit for bit. Medians over the repetitions, and their ratio; and how long the move
+into the block took (the start-up cost the runner pays).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def measure(model: str | None, batch: int, reps: int) -> dict:
     loaded = [m.quant for m in mods]
     fb = decode_batch(engine, batch)
     variants = {"as loaded": (loaded, r.fused)}
-    arena = move_to_arena(engine.model)
+    start = time.perf_counter()
+    arena = move_to_arena(engine.model)  # what the runner does at start
+    move_s = time.perf_counter() - start
     variants["one block"] = ([m.quant for m in mods], FusedLayers(engine.model, r.fused.bits, r.pool.k_buffer,
                                                                   r.pool.v_buffer, r.fused.isa))
     ms, ref = {k: [] for k in variants}, None
@@ -75,7 +78,7 @@ def measure(model: str | None, batch: int, reps: int) -> dict:
                 ms[name].append((time.perf_counter() - start) / FORWARDS * 1e3)
     med = {k: statistics.median(v) for k, v in ms.items()}
     return {"batch": batch, "ms": med, "ms_all": ms, "ratio": med["as loaded"] / med["one block"],
-            "block_mb": arena.nbytes / 1e6, "huge_pages": arena.huge_pages, "model": model or "SmolLM2"}
+            "block_mb": arena.nbytes / 1e6, "move_s": move_s, "huge_pages": arena.huge_pages, "model": model or "SmolLM2"}
 
 
 def main() -> None:
@@ -93,11 +96,12 @@ def main() -> None:
     when = time.strftime("%Y-%m-%d %H:%M")
     print(f"\n{when}, {cpu_description()}, {results[0]['model']}, Engine defaults, a decode forward at a fixed "
           f"context, median of {args.reps} x {FORWARDS}")
-    print("| batch | weights as loaded (ms) | in one block (ms) | as loaded / block | block MB, huge pages |")
-    print("|---|---|---|---|---|")
+    print("| batch | weights as loaded (ms) | in one block (ms) | as loaded / block | block MB, huge pages | "
+          "the move at start (s) |")
+    print("|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['batch']} | {r['ms']['as loaded']:.2f} | {r['ms']['one block']:.2f} | {r['ratio']:.2f}x | "
-              f"{r['block_mb']:.1f}, {r['huge_pages']} |")
+              f"{r['block_mb']:.1f}, {r['huge_pages']} | {r['move_s']:.2f} |")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"date": when, "cpu": cpu_description(), "results": results}, f, indent=2)
