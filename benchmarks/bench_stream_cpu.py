@@ -1,5 +1,5 @@
-"""CPU time each server process spends per streamed token: what the API process and the detokenizer take
-from the two cores the scheduler's forward pass runs on.
+"""CPU time each server process spends per streamed token: what the API process (which detokenizes) and the
+streaming client take from the two cores the scheduler's forward pass runs on.
 
     python benchmarks/bench_stream_cpu.py [--tokens 256] [--rounds 1] [--out benchmarks/results/FILE.json]
 
@@ -37,13 +37,9 @@ def stream(tokens: int) -> float:
 
 
 def processes(server: psutil.Process) -> dict[str, psutil.Process]:
-    """The server's processes by role (multiprocessing's resource tracker left out)."""
-    roles = {"api": server}
+    """The server's processes by role: the API (the server's own) and the scheduler."""
     sched = httpx.get(f"{URL}/server_info", timeout=5).json()["scheduler_pid"]
-    for child in server.children():
-        if "resource_tracker" not in " ".join(child.cmdline()):
-            roles["scheduler" if child.pid == sched else "detokenizer"] = child
-    return roles
+    return {"api": server, "scheduler": psutil.Process(sched)}
 
 
 def measure(tokens: int) -> dict:

@@ -27,10 +27,6 @@ class IpcPaths:
         return self.addr("scheduler")
 
     @property
-    def to_detokenizer(self) -> str:
-        return self.addr("detokenizer")
-
-    @property
     def to_api(self) -> str:
         return self.addr("api")
 

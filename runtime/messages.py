@@ -1,4 +1,4 @@
-"""The typed request and every IPC message between the API, scheduler and detokenizer processes.
+"""The typed request and every IPC message between the API and scheduler processes.
 
 ``SamplingParams`` is validated once, where a request arrives (``SamplingParams.from_dict`` or
 ``validate``), and then travels as it is inside ``GenerateReq``. Messages are msgpack via msgspec; decoding
@@ -138,7 +138,7 @@ class Shutdown(msgspec.Struct, tag=True):
 
 
 class Progress(msgspec.Struct):
-    """One request's progress in one step: what the scheduler reports and the detokenizer passes on."""
+    """One request's progress in one step: what the scheduler reports and the API's detokenizer passes on."""
 
     rid: str
     new_ids: list[int]
@@ -180,7 +180,7 @@ def spec_meta(verify_steps: int, drafted: int, accepted: int) -> dict[str, float
 
 
 class TokenUpdate(Progress):
-    """Scheduler -> detokenizer, with what the detokenizer needs to cut stop strings."""
+    """Scheduler -> API, with what its detokenizer needs to cut stop strings."""
 
     stop: list[str] = []
     no_stop_trim: bool = False
@@ -188,19 +188,15 @@ class TokenUpdate(Progress):
 
 
 class TokenBatch(msgspec.Struct, tag=True):
-    """Scheduler -> detokenizer."""
+    """Scheduler -> API: one step's updates."""
 
     updates: list[TokenUpdate]
 
 
 class TextUpdate(Progress):
-    """Detokenizer -> API: the text that is final so far (never broken UTF-8, never a stop string)."""
+    """In the API, after detokenizing: the text that is final so far (never broken UTF-8, never a stop string)."""
 
     text: str = ""  # delta since the last update
-
-
-class TextBatch(msgspec.Struct, tag=True):
-    updates: list[TextUpdate]
 
 
 class ReqError(msgspec.Struct, tag=True):
@@ -275,8 +271,7 @@ class Ready(msgspec.Struct, tag=True):
 
 
 ToScheduler = GenerateReq | AbortReq | FlushCacheReq | CacheViewReq | Shutdown
-ToDetokenizer = TokenBatch | Shutdown
-ToApi = TextBatch | ReqError | SchedulerStats | FlushCacheResp | CacheViewResp
+ToApi = TokenBatch | ReqError | SchedulerStats | FlushCacheResp | CacheViewResp
 
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode

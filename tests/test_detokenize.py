@@ -121,15 +121,16 @@ def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode(smol_tokenizer):
 
 
 @pytest.mark.parametrize("skip", [True, False])
-def test_the_detokenizers_rust_tokenizer_decodes_as_transformers(smol_tokenizer, skip):
-    """load_decoder gives the detokenizer the cached Rust tokenizer alone (smol_tokenizer's load wrote the
+def test_the_light_rust_tokenizer_decodes_as_transformers(smol_tokenizer, skip):
+    """light_tokenizer gives the scheduler the cached Rust tokenizer alone (smol_tokenizer's load wrote the
     cache and its mark): the same text as transformers' decode for random ids, special tokens included."""
     from tokenizers import Tokenizer
 
     from radixlm.runtime.decode.text import ids_to_text
-    from radixlm.runtime.model.tokenizer_files import load_decoder
+    from radixlm.runtime.model.sources import resolve_model
+    from radixlm.runtime.model.tokenizer_files import light_tokenizer
 
-    decoder = load_decoder(None)
+    decoder, _ = light_tokenizer(resolve_model(None))
     assert isinstance(decoder, Tokenizer)
     fast = ids_to_text(decoder, skip)
     rng = random.Random(11)
@@ -139,9 +140,10 @@ def test_the_detokenizers_rust_tokenizer_decodes_as_transformers(smol_tokenizer,
 
 
 @pytest.mark.parametrize("mark", ['{"backend_decode": false}', "not json", None])
-def test_without_a_yes_mark_the_detokenizer_keeps_transformers(smol_tokenizer, tmp_path, monkeypatch, mark):
+def test_without_a_yes_mark_there_is_no_light_tokenizer(smol_tokenizer, tmp_path, monkeypatch, mark):
     """A cache whose mark says transformers' decode differs (spaces cleaned up), is unreadable or missing
-    (a cache from before the mark, or the first load, which wrote none yet) gets transformers' tokenizer."""
+    (a cache from before the mark, or the first load, which wrote none yet) gives no Rust tokenizer alone:
+    the scheduler keeps transformers' tokenizer."""
     import pathlib
     import shutil
 
@@ -159,5 +161,39 @@ def test_without_a_yes_mark_the_detokenizer_keeps_transformers(smol_tokenizer, t
     marked.unlink()
     if mark is not None:
         marked.write_text(mark)
-    decoder = tokenizer_files.load_decoder(None)
-    assert not isinstance(decoder, Tokenizer) and decoder.decode([1, 2]) == smol_tokenizer.decode([1, 2])
+    assert tokenizer_files.light_tokenizer(source) is None
+    marked.write_text('{"backend_decode": true}')  # the same cache with a yes mark: the Rust tokenizer alone
+    assert isinstance(tokenizer_files.light_tokenizer(source)[0], Tokenizer)
+
+
+def test_the_api_detokenizes_each_update_and_a_failing_request_fails_alone(smol_tokenizer, tmp_path):
+    """The scheduler's TokenBatch reaches the API, which detokenizes it: each request's streamed texts add up to
+    its decode, and its state goes with its last update. A request whose text cannot be decoded gets a 500 on
+    its own stream while the other request in the same batch goes on."""
+    from radixlm.runtime.api.metrics import Metrics
+    from radixlm.runtime.api.tokenizer_manager import ReqState, TokenizerManager
+    from radixlm.runtime.ipc import IpcPaths
+    from radixlm.runtime.messages import ReqError, TokenBatch, TokenUpdate
+
+    ids = smol_tokenizer("naïve café 🎉 end", add_special_tokens=False)["input_ids"]
+    tm = TokenizerManager(smol_tokenizer, IpcPaths(str(tmp_path)), Metrics("test"))
+    tm.states.update({"ok": ReqState(), "bad": ReqState()})
+    real = tm.detokenizer.text_update
+
+    def text_update(u: TokenUpdate):  # the real decode for "ok", a broken one for "bad"
+        if u.rid == "bad":
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "test: a broken decode")
+        return real(u)
+
+    tm.detokenizer.text_update = text_update
+    try:
+        for i, tok in enumerate(ids):
+            tm._on_message(TokenBatch([TokenUpdate(rid, [tok], finished=i == len(ids) - 1) for rid in ("ok", "bad")]))
+        ok = tm.states["ok"].queue
+        assert "".join(ok.get_nowait().text for _ in range(ok.qsize())) == smol_tokenizer.decode(ids)
+        assert "ok" not in tm.detokenizer.states
+        err = tm.states["bad"].queue.get_nowait()
+        assert isinstance(err, ReqError) and err.status == 500 and "detokenizing failed" in err.message
+    finally:
+        tm.recv.close(linger=0)  # a socket of a shadow context: the asyncio context's destroy does not see it
+        tm.ctx.destroy(linger=0)

@@ -1,4 +1,4 @@
-"""In the API process: tokenization, per-request state, streaming back from the detokenizer, metrics."""
+"""In the API process: tokenization, per-request state, detokenizing the scheduler's updates, metrics."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
+from radixlm.runtime.api.detokenizer import Detokenizer
 from radixlm.runtime.api.live_series import LiveSeries, RecentLatencies
 from radixlm.runtime.api.metrics import Metrics
 from radixlm.runtime.ipc import IpcPaths, pull, push
@@ -25,9 +26,10 @@ from radixlm.runtime.messages import (
     GenerateReq,
     ReqError,
     SchedulerStats,
-    TextBatch,
     TextUpdate,
     ToApi,
+    TokenBatch,
+    TokenUpdate,
     decoder,
     encode,
 )
@@ -62,6 +64,7 @@ class TokenizerManager:
         # one wake-up, without zmq.asyncio's future per message (this runs for every streamed token).
         self.recv = pull(zmq.Context.shadow(self.ctx), paths.to_api)
         self._decoder = decoder(ToApi)
+        self.detokenizer = Detokenizer(tokenizer)
         self.metrics = metrics
         self.states: dict[str, ReqState] = {}
         self.stats: SchedulerStats | None = None
@@ -160,9 +163,9 @@ class TokenizerManager:
                 log.exception("could not handle a message from the scheduler")
 
     def _on_message(self, msg) -> None:
-        if isinstance(msg, TextBatch):
+        if isinstance(msg, TokenBatch):
             for u in msg.updates:
-                self._on_update(u)
+                self._on_tokens(u)
         elif isinstance(msg, ReqError):
             state = self.states.get(msg.rid)
             if state:
@@ -178,6 +181,19 @@ class TokenizerManager:
             fut = self._views.get(msg.query)
             if fut is not None and not fut.done():
                 fut.set_result(msg)
+
+    def _on_tokens(self, u: TokenUpdate) -> None:
+        """One request's new tokens: detokenized here, then its update. A request whose text cannot be
+        decoded fails alone (its stream ends with the error and the scheduler is told to abort it)."""
+        try:
+            text = self.detokenizer.text_update(u)
+        except Exception as e:  # noqa: BLE001 - one request's failure, reported to it
+            log.exception("could not detokenize request %s", u.rid)
+            state = self.states.get(u.rid)
+            if state is not None and not state.finished:
+                state.queue.put_nowait(ReqError(u.rid, f"detokenizing failed: {type(e).__name__}: {e}", 500))
+            return
+        self._on_update(text)
 
     def _on_update(self, u: TextUpdate) -> None:
         state = self.states.get(u.rid)

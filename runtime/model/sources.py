@@ -1,5 +1,5 @@
 """Where a model is: the embedded default, a GGUF file or a Hugging Face folder. Imports no torch, so that
-the processes that only need the tokenizer (the API, the detokenizer) find the model without it."""
+the process that only needs the tokenizer (the API) finds the model without it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A model's tokenizer through transformers, without torch. A GGUF file's tokenizer is rebuilt from the
 file's metadata, which is slow, so the result is kept in the cache folder keyed by the file and the
-installed transformers; later loads read it back with the fast tokenizer's own class. The detokenizer, which
-only decodes, and the scheduler, until a request needs more than decoding, read the cached Rust tokenizer
-alone (``light_tokenizer``) where that decodes as transformers does."""
+installed transformers; later loads read it back with the fast tokenizer's own class. The scheduler, until a
+request needs more than decoding, reads the cached Rust tokenizer alone (``light_tokenizer``) where that
+decodes as transformers does."""
 
 from __future__ import annotations
 
@@ -47,15 +47,6 @@ def load_tokenizer(model: str | ModelSource | None):
     return tokenizer
 
 
-def load_decoder(model: str | ModelSource | None):
-    """The tokenizer as the detokenizer uses it, only to decode: ``light_tokenizer``'s Rust tokenizer where
-    there is one, which spares the process transformers' import, most of its startup; else
-    ``load_tokenizer``. runtime.decode.text.ids_to_text takes either."""
-    source = model if isinstance(model, ModelSource) else resolve_model(model)
-    light = light_tokenizer(source)
-    return light[0] if light is not None else load_tokenizer(source)
-
-
 def light_tokenizer(source: ModelSource) -> tuple[Tokenizer, int | None] | None:
     """A GGUF file's cached tokenizer as the Rust ``tokenizers.Tokenizer`` alone, with the eos id that
     transformers' tokenizer of it has, where transformers' decode is exactly that one's (the mark written
@@ -80,7 +71,7 @@ def light_tokenizer(source: ModelSource) -> tuple[Tokenizer, int | None] | None:
 def backend_decoder(tokenizer) -> Tokenizer | None:
     """The Rust backend whose decode is exactly transformers' decode of ``tokenizer`` (a fast tokenizer that
     cleans up no spaces), or None. ``tokenizer`` may also be such a backend alone (a ``tokenizers.Tokenizer``,
-    as load_decoder gives the detokenizer)."""
+    as light_tokenizer gives the scheduler)."""
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
     backend = getattr(tokenizer, "backend_tokenizer", None)

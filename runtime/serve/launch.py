@@ -1,4 +1,4 @@
-"""Start the scheduler and detokenizer processes, wait for their handshake, serve HTTP, clean up."""
+"""Start the scheduler process (and tensor-parallel followers), wait for their handshake, serve HTTP, clean up."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import Ready, Shutdown, decoder, encode
 from radixlm.runtime.model.sources import resolve_model
 from radixlm.runtime.model.tokenizer_files import load_tokenizer
-from radixlm.runtime.serve.detokenizer_process import run_detokenizer
 from radixlm.runtime.serve.process_utils import scheduler_main, tp_process_name, tp_worker_main
 
 log = logging.getLogger("radixlm")
@@ -78,8 +77,6 @@ def _spawn(engine_cfg: EngineConfig, server_cfg: ServerConfig, paths: IpcPaths) 
     procs = [
         mp.Process(target=scheduler_main, args=(engine_cfg, paths, me, level, tp_addr, server_cfg.stream_interval),
                    name="radixlm-scheduler"),
-        mp.Process(target=run_detokenizer, args=(engine_cfg.load.model, paths, me, level),
-                   name="radixlm-detokenizer"),
     ]
     procs += [mp.Process(target=tp_worker_main, args=(engine_cfg, rank, tp_addr, paths, level),
                          name=f"radixlm-{tp_process_name(rank)}") for rank in _local_ranks(engine_cfg)[1:]]
@@ -98,7 +95,7 @@ def _local_ranks(engine_cfg: EngineConfig) -> list[int]:
 
 
 def _handshakes(engine_cfg: EngineConfig) -> set[str]:
-    return {"scheduler", "detokenizer", *(tp_process_name(r) for r in _local_ranks(engine_cfg)[1:])}
+    return {"scheduler", *(tp_process_name(r) for r in _local_ranks(engine_cfg)[1:])}
 
 
 def run_tp_node(engine_cfg: EngineConfig, log_level: str) -> int:
@@ -238,17 +235,17 @@ async def serve_until_signal(server: uvicorn.Server) -> bool:
 
 
 def _stop(ctx: zmq.Context, paths: IpcPaths, procs: list[multiprocessing.Process], grace: float) -> None:
-    """Ask each child to shut down, wait up to ``grace`` seconds for it, then terminate (then kill) it."""
-    for addr in (paths.to_scheduler, paths.to_detokenizer):
-        sock = push(ctx, addr)
-        # the message is queued on a connection still being made: linger lets it out after close (push's
-        # default, no linger, dropped it, and every stop waited out the grace for each child)
-        sock.setsockopt(zmq.LINGER, SHUTDOWN_LINGER_MS if grace > 0 else 0)
-        try:
-            sock.send(encode(Shutdown()), zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
-        sock.close()
+    """Ask the scheduler to shut down (the TP followers stop with it), wait up to ``grace`` seconds for each
+    child, then terminate (then kill) it."""
+    sock = push(ctx, paths.to_scheduler)
+    # the message is queued on a connection still being made: linger lets it out after close (push's
+    # default, no linger, dropped it, and every stop waited out the grace for each child)
+    sock.setsockopt(zmq.LINGER, SHUTDOWN_LINGER_MS if grace > 0 else 0)
+    try:
+        sock.send(encode(Shutdown()), zmq.NOBLOCK)
+    except zmq.ZMQError:
+        pass
+    sock.close()
     for p in procs:
         p.join(timeout=grace)
         if p.is_alive():

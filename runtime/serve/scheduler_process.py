@@ -48,7 +48,6 @@ class SchedulerProcess:
         self.core = core
         self.sched = core.scheduler
         self.recv = pull(ctx, paths.to_scheduler)
-        self.to_detok = push(ctx, paths.to_detokenizer)
         self.to_api = push(ctx, paths.to_api)
         self.decode_msg = decoder(ToScheduler)
         self.last_stats = 0.0
@@ -79,7 +78,7 @@ class SchedulerProcess:
                     self.to_api.send(encode(err))
                 tokens = self._due([u for u in updates if isinstance(u, TokenUpdate)])
                 if tokens:
-                    self.to_detok.send(encode(TokenBatch(tokens)))
+                    self.to_api.send(encode(TokenBatch(tokens)))
             self._maybe_send_stats()
 
     def _warm_up(self) -> None:
