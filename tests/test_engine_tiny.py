@@ -164,3 +164,23 @@ def test_mixed_chunk_decodes_inside_prefill_batches(tiny_model, mixed):
     assert [r["output_ids"] for r in together] == [r["output_ids"] for r in alone]
     assert (riders > 0) == mixed
     e.check_invariants()
+
+
+def test_argmax_rows_is_torchs_argmax():
+    """The sampler's greedy pick (numpy's argmax for float32 on the CPU) gives torch's argmax exactly: random
+    rows, ties (the first index), NaN (counts as the maximum, the first one), all -inf, and other dtypes."""
+    import torch
+
+    from radixlm.runtime.decode.sampler import argmax_rows
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 49152, generator=g)
+    x[1, 7] = x[1, 9000] = x[1].max() + 1  # a tie
+    x[2, 300], x[2, 40] = float("nan"), float("nan")
+    x[3] = float("-inf")
+    x[4, 5] = x[4, 6] = float("inf")
+    x[5] = 0.0
+    for rows in (x, x[:1], x[::2]):
+        got = argmax_rows(rows)
+        assert got.dtype == torch.int64 and torch.equal(got, rows.argmax(dim=-1))
+    assert torch.equal(argmax_rows(x.bfloat16()), x.bfloat16().argmax(dim=-1))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from radixlm.kernels.token_bitmask import apply_token_bitmask
@@ -106,13 +107,22 @@ def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
     return (probs / noise.to(probs.device, non_blocking=True)).argmax(dim=-1)
 
 
+def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
+    """logits [B, V] -> int64 [B]: each row's first index of its maximum (a NaN counts as the maximum), as
+    torch's argmax gives it. Float32 rows on the CPU go through numpy's vectorized argmax: torch's CPU argmax
+    walks a row one element at a time (benchmarks/results/2026-12-05-notes.md)."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return torch.from_numpy(np.argmax(logits.numpy(), axis=-1))
+    return logits.argmax(dim=-1)
+
+
 def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
     """logits [B, V] float32 (modified in place) -> one token per request (``cpu_isa``: see apply_grammars)."""
     raw_logprobs = None
     if any(r.logprob.return_logprob for r in reqs):
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
     process_logits(logits, reqs, cpu_isa)
-    tokens = logits.argmax(dim=-1)
+    tokens = argmax_rows(logits)
     rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
     if rand_rows:
         rows = torch.tensor(rand_rows, device=logits.device)

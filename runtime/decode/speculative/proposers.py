@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from radixlm.runtime.batch import make_decode_batch
+from radixlm.runtime.decode.sampler import argmax_rows
 from radixlm.runtime.request import Req
 
 
@@ -95,7 +96,7 @@ class SelfDraftProposer:
             inputs = [reqs[i].output_ids[-1] if j == 0 else drafts[i][-1] for i in live]
             batch = make_decode_batch([reqs[i] for i in live], [locs[i][j:j + 1] for i in live], inputs, offset=j,
                                       num_layers=self.num_layers)
-            for i, t in zip(live, self.forward(batch).argmax(dim=-1).tolist(), strict=True):
+            for i, t in zip(live, argmax_rows(self.forward(batch)).tolist(), strict=True):
                 drafts[i].append(t)
         return drafts
 
