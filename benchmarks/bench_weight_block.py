@@ -60,7 +60,7 @@ def measure(model: str | None, batch: int, reps: int) -> dict:
     start = time.perf_counter()
     arena = move_to_arena(engine.model)  # what the runner does at start
     move_s = time.perf_counter() - start
-    variants["one block"] = ([m.quant for m in mods], FusedLayers(engine.model, r.fused.bits, r.pool.k_buffer,
+    variants["one block"] = ([m.quant for m in mods], FusedLayers(engine.model, r.pool.k_buffer,
                                                                   r.pool.v_buffer, r.fused.isa))
     ms, ref = {k: [] for k in variants}, None
     with torch.inference_mode():

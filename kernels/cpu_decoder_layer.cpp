@@ -6,8 +6,9 @@
 // cpu_rope_body.h. Python reference: runtime/model/llama.py (the same math with torch's ops).
 //
 // Weights: 15 per layer, norm1 [H], qkv (data, scales, mins), qkv bias (or empty), o (3), norm2 [H],
-// gate_up (3), down (3) in cpu_matmul's int4 (bits 4: codes, d, mn or empty), int8 (bits 8: q, d, unused)
-// or dense (bits 16: tiles, unused, unused) layouts; k_caches, v_caches the layers' head-major pools
+// gate_up (3), down (3) in cpu_matmul's int4 (uint8 codes, d, mn or empty), int8 (int8 q, d, unused) or
+// dense (float tiles, unused, unused) layouts, each matrix its own (int4 and int8 mix: a Q4_K_M file's), but
+// all quantized or all dense; k_caches, v_caches the layers' head-major pools
 // [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
 // residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens.
 // Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
@@ -80,17 +81,23 @@ struct LayerWeights {
   QuantWeightRef qkv, o, gate_up, down;
 };
 
-LayerWeights layer_weights(const std::vector<at::Tensor>& w, int64_t layer, int64_t bits) {
+// A matrix's bits from its data's dtype: uint8 int4 codes, int8 codes, else dense tiles.
+int64_t weight_bits(const at::Tensor& data) {
+  return data.scalar_type() == at::kByte ? 4 : data.scalar_type() == at::kChar ? 8 : 16;
+}
+
+LayerWeights layer_weights(const std::vector<at::Tensor>& w, int64_t layer) {
   const at::Tensor* l = w.data() + layer * kWeights;
-  return {l[0], l[4], l[8], {bits, l[1], l[2], l[3]}, {bits, l[5], l[6], l[7]}, {bits, l[9], l[10], l[11]},
-          {bits, l[12], l[13], l[14]}};
+  auto ref = [&](int i) { return QuantWeightRef{weight_bits(l[i]), l[i], l[i + 1], l[i + 2]}; };
+  return {l[0], l[4], l[8], ref(1), ref(5), ref(9), ref(12)};
 }
 
 // hidden and dtype: the model's (its pools' dtype is the activations')
 void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType dtype, int64_t num_heads, int64_t hkv,
-                         int64_t d) {
+                         int64_t d, bool dense) {
   for (const QuantWeightRef* wt : {&lw.qkv, &lw.o, &lw.gate_up, &lw.down}) {
     check_weight(*wt);
+    TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int4 / int8) or all dense");
     TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
   }
   TORCH_CHECK(lw.norm1.sizes() == lw.norm2.sizes() && lw.norm1.numel() == hidden && lw.norm1.scalar_type() == dtype,
@@ -104,19 +111,20 @@ void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType 
               "the qkv bias must be empty or [(Hq + 2 Hkv) D] in the pools' dtype");
 }
 
-// The buffers every layer of one call reuses, carved from the workspace (grown when a batch needs more).
+// The buffers every layer of one call reuses, carved from the workspace (grown when a batch needs more). The
+// matmul inputs' size depends only on dense or not, which every layer shares.
 struct LayerBuffers {
   at::Tensor h, qkv, q, attn, o, h2, gu, act;  // [T, H], [T, qkv_n], [T, Hq, D], [T, Hq D], [T, H] x2, ...
   Activations xh, xattn, xh2, xact;            // the matmuls' prepared inputs
 };
 
 LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, const LayerWeights& lw, int64_t num_heads, int64_t d) {
-  const int64_t t = x.size(0), hidden = x.size(1), elem = x.element_size(), bits = lw.qkv.bits;
+  const int64_t t = x.size(0), hidden = x.size(1), elem = x.element_size();
   const int64_t qkv_n = lw.qkv.n(), q_n = num_heads * d, inter = lw.down.k();
   const int64_t sizes[] = {t * hidden * elem, t * qkv_n * elem, t * q_n * elem, t * q_n * elem, t * hidden * elem,
-                           t * hidden * elem, t * 2 * inter * elem, t * inter * elem, Activations::bytes(t, hidden, bits),
-                           Activations::bytes(t, q_n, bits), Activations::bytes(t, hidden, bits),
-                           Activations::bytes(t, inter, bits)};
+                           t * hidden * elem, t * 2 * inter * elem, t * inter * elem,
+                           Activations::bytes(t, hidden, lw.qkv.bits), Activations::bytes(t, q_n, lw.o.bits),
+                           Activations::bytes(t, hidden, lw.gate_up.bits), Activations::bytes(t, inter, lw.down.bits)};
   int64_t total = 64;
   for (int64_t n : sizes) total += QuantizedX::aligned(n);
   if (workspace.numel() < total) workspace.resize_({total});
@@ -130,8 +138,8 @@ LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, const LayerWeight
   auto view = [&](int i, at::IntArrayRef shape) { return at::from_blob(buf[i], shape, opts); };
   return {view(0, {t, hidden}), view(1, {t, qkv_n}), view(2, {t, num_heads, d}), view(3, {t, q_n}),
           view(4, {t, hidden}), view(5, {t, hidden}), view(6, {t, 2 * inter}), view(7, {t, inter}),
-          Activations::at(buf[8], t, hidden, bits), Activations::at(buf[9], t, q_n, bits),
-          Activations::at(buf[10], t, hidden, bits), Activations::at(buf[11], t, inter, bits)};
+          Activations::at(buf[8], t, hidden, lw.qkv.bits), Activations::at(buf[9], t, q_n, lw.o.bits),
+          Activations::at(buf[10], t, hidden, lw.gate_up.bits), Activations::at(buf[11], t, inter, lw.down.bits)};
 }
 
 // What one call's layers share: the batch's inputs and the attention tasks (the same slots in every layer).
@@ -148,7 +156,7 @@ struct LayerCall {
 // with a barrier between them. x [T, H] is read in the first phase and overwritten by the last.
 void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cache, at::Tensor& v_cache,
                   LayerBuffers& b, int tid, int nt, Scratch& scratch) {
-  const int64_t bits = lw.qkv.bits, t = c.x.size(0);
+  const int64_t t = c.x.size(0);
   auto [r0, r1] = thread_part(t, tid, nt);
   const CellPart norm_rows{r0, r1, 0, c.x.size(1) / 64};  // whole rows: a row's norm is one reduction
   // the other elementwise phases' cells: RoPE's heads, the matmul inputs' 64-blocks
@@ -161,7 +169,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   };
   if (!norm_rows.empty()) {
     rms_norm_range(c.x, &c.residual, lw.norm1, c.eps, r0, r1, b.h, c.isa);
-    prepare_range(b.h, norm_rows, b.xh, bits, c.isa);
+    prepare_range(b.h, norm_rows, b.xh, lw.qkv.bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.qkv, b.xh, b.qkv);
@@ -172,13 +180,13 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
   run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
 #pragma omp barrier
-  if (!attn_blocks.empty()) prepare_range(b.attn, attn_blocks, b.xattn, bits, c.isa);
+  if (!attn_blocks.empty()) prepare_range(b.attn, attn_blocks, b.xattn, lw.o.bits, c.isa);
 #pragma omp barrier
   tiles(lw.o, b.xattn, b.o);
 #pragma omp barrier
   if (!norm_rows.empty()) {
     rms_norm_range(b.o, &c.residual, lw.norm2, c.eps, r0, r1, b.h2, c.isa);
-    prepare_range(b.h2, norm_rows, b.xh2, bits, c.isa);
+    prepare_range(b.h2, norm_rows, b.xh2, lw.gate_up.bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.gate_up, b.xh2, b.gu);
@@ -186,7 +194,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   if (!act_blocks.empty()) {
     const CellPart& a = act_blocks;
     silu_mul_range(b.gu, a.r0, a.r1, a.u0 * 64, a.u1 * 64, b.act, c.isa);
-    prepare_range(b.act, a, b.xact, bits, c.isa);
+    prepare_range(b.act, a, b.xact, lw.down.bits, c.isa);
   }
 #pragma omp barrier
   tiles(lw.down, b.xact, c.x);
@@ -200,19 +208,18 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
 class FusedLayers : public torch::CustomClassHolder {
  public:
   FusedLayers(std::vector<at::Tensor> weights, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
-              int64_t bits, double eps, int64_t num_heads)
-      : w_(std::move(weights)), k_(std::move(k_caches)), v_(std::move(v_caches)), bits_(bits), eps_(eps),
+              double eps, int64_t num_heads)
+      : w_(std::move(weights)), k_(std::move(k_caches)), v_(std::move(v_caches)), eps_(eps),
         num_heads_(num_heads), workspace_(at::empty({0}, at::kByte)) {
     const int64_t layers = static_cast<int64_t>(k_.size());
-    TORCH_CHECK(bits == 4 || bits == 8 || bits == 16, "bits must be 4, 8 or 16 (dense), got ", bits);
     TORCH_CHECK(layers >= 1 && static_cast<int64_t>(w_.size()) == kWeights * layers && v_.size() == k_.size(),
                 "weights: expected ", kWeights, " tensors per layer for ", layers, " layers, got ", w_.size());
     for (int64_t i = 0; i < layers; ++i) {
       TORCH_CHECK(k_[i].dim() == 3 && k_[i].sizes() == k_[0].sizes() && v_[i].sizes() == k_[0].sizes() &&
                   k_[i].scalar_type() == k_[0].scalar_type() && v_[i].scalar_type() == k_[0].scalar_type(),
                   "every layer's pools must be [Hkv, S, D] of one shape and dtype");
-      check_layer_weights(layer_weights(w_, i, bits), w_[0].numel(), k_[0].scalar_type(), num_heads, k_[0].size(0),
-                          k_[0].size(2));
+      check_layer_weights(layer_weights(w_, i), w_[0].numel(), k_[0].scalar_type(), num_heads, k_[0].size(0),
+                          k_[0].size(2), weight_bits(w_[1]) == 16);
     }
   }
 
@@ -224,7 +231,7 @@ class FusedLayers : public torch::CustomClassHolder {
                 k_.size(), ", got ", num_layers);
     check_layer(x, residual, cos, sin, k_[0], v_[0], loc, num_heads_);
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
-    LayerBuffers buffers = carve(workspace_, x, layer_weights(w_, 0, bits_), num_heads_, k_[0].size(2));
+    LayerBuffers buffers = carve(workspace_, x, layer_weights(w_, 0), num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =
         ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], rows, lens, at::Tensor(), at::Tensor())
                               : extend_tasks(buffers.q, k_[0], rows, lens, ext_lens);
@@ -238,7 +245,7 @@ class FusedLayers : public torch::CustomClassHolder {
         if (i > 0) {
 #pragma omp barrier
         }
-        layer_phases(call, layer_weights(w_, i, bits_), k_[i], v_[i], buffers, tid, nt, scratch);
+        layer_phases(call, layer_weights(w_, i), k_[i], v_[i], buffers, tid, nt, scratch);
       }
     }
     return x;
@@ -246,7 +253,6 @@ class FusedLayers : public torch::CustomClassHolder {
 
  private:
   std::vector<at::Tensor> w_, k_, v_;  // 15 weights per layer; the layers' K and V pools
-  int64_t bits_;
   double eps_;
   int64_t num_heads_;
   at::Tensor workspace_;  // the layers' buffers (carve), grown to the largest batch
@@ -256,7 +262,6 @@ class FusedLayers : public torch::CustomClassHolder {
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
   m.class_<radixlm_cpu::FusedLayers>("FusedLayers")
-      .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, int64_t, double,
-                       int64_t>())
+      .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, double, int64_t>())
       .def("run", &radixlm_cpu::FusedLayers::run);
 }

@@ -15,7 +15,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
-QUANT_KINDS = ("none", "int8", "int4")
+QUANT_KINDS = ("none", "int8", "int4", "mixed")
 # kernels/cpu_ext.PATHS
 CPU_KERNELS = ("auto", "torch", "portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16", "neon")
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
@@ -69,9 +69,10 @@ class LoadConfig:
     model: str | None = _opt(None, "GGUF file or Hugging Face folder; omitted: the embedded SmolLM2-135M-Instruct")
     dtype: str = _opt("auto", "weight and activation dtype", choices=DTYPES)
     quantization: str = _opt("auto", "weight-only quantization on the CPU: int8 (groups of 32, like GGUF's "
-                             "Q8_0) or int4 (groups of 32, like Q4_1; the embedding / LM head stays int8); "
-                             "auto: what the file holds (4-bit GGUF layers stay int4, 5- to 8-bit ones become "
-                             "int8, float ones and Hugging Face folders stay dense; dense on CUDA)",
+                             "Q8_0), int4 (groups of 32, like Q4_1; the embedding / LM head stays int8) or "
+                             "mixed (each GGUF matrix at its own width: int4 for 4 bits or fewer, int8 for 5 to "
+                             "8, as Q4_K_M files mix them); auto: what the file holds (int4, int8 or mixed; float "
+                             "GGUF layers and Hugging Face folders stay dense; dense on CUDA)",
                              choices=("auto", *QUANT_KINDS))
     quantized_prefill: bool = _opt(False, "with --quantization on torch's kernels: drop the dense weights and run "
                                    "prefill through the quantized kernels too (less memory, slower prefill). "

@@ -68,7 +68,7 @@ def test_bfloat16_dense_models_run_fused_on_the_dense_kernel():
     not fused."""
     dense = Engine.from_model(random_model(HEAD64, dtype=torch.bfloat16, seed=0), None, quantization="none",
                               max_total_tokens=2048)
-    assert dense.runner.fused is not None and dense.runner.fused.bits == 16
+    assert dense.runner.fused is not None and dense.runner.fused.kinds == {"dense"}
     assert dense.model.layers[0].mlp.down_proj.quant.kind == "dense"
     out = dense.generate(input_ids=[3, 4, 5, 6], sampling_params=GREEDY)
     assert len(out["output_ids"]) == GREEDY["max_new_tokens"]
@@ -106,11 +106,13 @@ def test_the_layers_object_refuses_what_does_not_fit():
     pools = e.runner.pool
     make = torch.classes.radixlm_cpu.FusedLayers
     with pytest.raises(RuntimeError, match="tensors per layer"):
-        make(weights[:-1], pools.k_buffer, pools.v_buffer, fused.bits, 1e-5, HEAD64.num_heads)
-    with pytest.raises(RuntimeError, match="bits must be"):
-        make(weights, pools.k_buffer, pools.v_buffer, 5, 1e-5, HEAD64.num_heads)
+        make(weights[:-1], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
+    with pytest.raises(RuntimeError, match="all quantized .* or all dense"):  # a dense o among int4 matrices
+        o = e.model.layers[0].self_attn.o_proj.quant
+        dense_o = torch.zeros(o.out_features // 16, o.in_features, 16, dtype=pools.k_buffer[0].dtype)
+        make(weights[:5] + [dense_o] + weights[6:], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
     with pytest.raises(RuntimeError, match="shapes disagree"):
-        make(weights, pools.k_buffer, pools.v_buffer, fused.bits, 1e-5, HEAD64.num_heads * 2)
+        make(weights, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads * 2)
     x = torch.zeros(1, HEAD64.hidden_size, dtype=pools.k_buffer[0].dtype)
     cos = sin = torch.zeros(1, HEAD64.head_dim // 2)
     loc, rows, lens, ext = torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long), \

@@ -171,7 +171,7 @@ def test_q8_0_blocks_reach_the_int8_kernels_exactly():
     own dequantization, bit for bit, and int8_codes recovers the same codes from them."""
     import gguf
 
-    from radixlm.runtime.model.gguf_file import QuantBlocks
+    from radixlm.runtime.model.gguf_blocks import QuantBlocks
     from radixlm.runtime.model.quantization import int8_codes
 
     w = torch.randn(48, 128, generator=torch.Generator().manual_seed(0)).numpy() * 0.05

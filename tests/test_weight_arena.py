@@ -80,7 +80,7 @@ def test_the_engine_runs_from_the_arena():
                                       mins=None if q.mins is None else q.mins.clone())
         assert not arena.holds(m.quant.data) and not outside.runner.weight_arena.holds(m.quant.data)
     r = outside.runner
-    r.fused = FusedLayers(outside.model, r.fused.bits, r.pool.k_buffer, r.pool.v_buffer, r.fused.isa)
+    r.fused = FusedLayers(outside.model, r.pool.k_buffer, r.pool.v_buffer, r.fused.isa)
     prompts, params = [[3, 4, 5, 6], [9, 8]], {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
     got, want = (e.generate(input_ids=prompts, sampling_params=params, return_logprob=True, logprob_start_len=0)
                  for e in (moved, outside))

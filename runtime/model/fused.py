@@ -7,8 +7,8 @@ final norm and the LM head. Every kernel in it gives a row the same bits whateve
 output for a request does not depend on the requests batched with it, nor on whether its prefix came from
 the cache.
 
-It takes models whose linear layers all run on radixlm's matmul kernels (int4, int8 or the dense bfloat16
-tiles, one kind) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every
+It takes models whose linear layers all run on radixlm's matmul kernels (int4 and int8, each matrix its own, or
+the dense bfloat16 tiles) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every
 batch then.
 """
 
@@ -28,26 +28,26 @@ def _linears(layer) -> dict:
     return {"qkv": attn.qkv_proj, "o": attn.o_proj, "gate_up": mlp.gate_up_proj, "down": mlp.down_proj}
 
 
-BITS = {"int4": 4, "int8": 8, "dense": 16}
-
-
-def fusable(model: LlamaForCausalLM) -> int | None:
-    """The bits (4, 8 or 16 for dense) of a model the fused layers can run, else None."""
+def fusable(model: LlamaForCausalLM) -> frozenset[str] | None:
+    """The kinds of matrix of a model the fused layers can run ({"dense"}, or int4 and / or int8), else None."""
     if model.tp.size != 1 or not model.layers:
         return None
     kinds = {lin.quant.kind if lin.quant is not None and lin.quant.backend == "native" and lin.weight is None else None
              for layer in model.layers for lin in _linears(layer).values()}
-    if len(kinds) != 1 or None in kinds:
+    if None in kinds or not (kinds == {"dense"} or kinds <= {"int4", "int8"}):
         return None
-    return BITS[next(iter(kinds))]
+    return frozenset(kinds)
 
 
 class FusedLayers:
-    def __init__(self, model: LlamaForCausalLM, bits: int, k_buffer: list[torch.Tensor], v_buffer: list[torch.Tensor],
+    def __init__(self, model: LlamaForCausalLM, k_buffer: list[torch.Tensor], v_buffer: list[torch.Tensor],
                  isa: int) -> None:
-        self.model, self.bits, self.isa = model, bits, isa
+        self.model, self.isa = model, isa
+        self.kinds = fusable(model)
+        if self.kinds is None:
+            raise ValueError("fused layers: the model's linear layers are not all on radixlm's kernels")
         weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 15 per layer
-        self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, k_buffer, v_buffer, bits, model.cfg.rms_norm_eps,
+        self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, k_buffer, v_buffer, model.cfg.rms_norm_eps,
                                                             model.layers[0].self_attn.num_heads)
 
     def _layer_weights(self, layer) -> list[torch.Tensor]:

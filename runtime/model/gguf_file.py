@@ -1,15 +1,16 @@
-"""GGUF files: metadata -> ModelConfig, tensors -> HF-named float weights (dequantized by the `gguf` package)."""
+"""GGUF files: metadata -> ModelConfig, tensors -> HF-named float weights (dequantized by the `gguf` package) or
+the quantized ones as int4 / int8 blocks (gguf_blocks.py)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from radixlm.runtime.config import ModelConfig
+from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, QuantBlocks
 from radixlm.runtime.model.gguf_header import GGUFHeader
 from radixlm.runtime.model.sources import ModelSource
 from radixlm.runtime.model.tokenizer_files import light_tokenizer, load_tokenizer
@@ -18,7 +19,7 @@ from radixlm.runtime.model.tokenizer_files import light_tokenizer, load_tokenize
 _ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM", True),
            "qwen2": ("Qwen2ForCausalLM", False)}
 _DEQUANTIZABLE = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
-                  "Q5_K", "Q6_K", "Q8_K"}
+                  "Q5_K", "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS"}
 LAYER_WEIGHT = re.compile(r"blk\.\d+\.(attn_(q|k|v|output)|ffn_(gate|up|down))\.weight")  # the linear layers
 BLOCK_WEIGHT = re.compile(LAYER_WEIGHT.pattern + r"|token_embd\.weight|output\.weight")  # ... and the head
 _NAMES = [
@@ -31,62 +32,6 @@ _NAMES = [
     (r"blk\.(\d+)\.attn_output\.weight", "model.layers.{0}.self_attn.o_proj.weight"),
     (r"blk\.(\d+)\.ffn_(gate|up|down)\.weight", "model.layers.{0}.mlp.{1}_proj.weight"),
 ]
-
-
-@dataclass(frozen=True)
-class QuantBlocks:
-    """A weight [N, K] as GGUF's blocks of 32 hold it. 4 bits (Q4_0, Q4_1): w = d q + m per block, codes q in
-    [0, 15]; 8 bits (Q8_0): w = d q, q in [-127, 127]."""
-
-    q: torch.Tensor  # [N, K] uint8 (4 bits) or int8 (8 bits)
-    d: torch.Tensor  # [N, K / 32] float16
-    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for Q8_0
-    bits: int = 4
-
-    TYPES = ("Q4_0", "Q4_1", "Q8_0")  # the GGUF types that load as blocks
-
-    @classmethod
-    def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> QuantBlocks:
-        """Q4_1 blocks are (d, m float16, 16 bytes of codes), Q4_0 blocks (d, 16 bytes), w = d (q - 8), a block's
-        byte j holding code j in its low nibble and code j + 16 in its high one; Q8_0 blocks (d, 32 int8)."""
-        n, k = shape
-        width = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[qtype]
-        blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n * k // 32, width)
-        d = torch.from_numpy(blocks[:, 0:2].copy().view(np.float16)[:, 0].reshape(n, k // 32).copy())
-        if qtype == "Q8_0":
-            return cls(torch.from_numpy(blocks[:, 2:].copy().view(np.int8).reshape(n, k)), d, None, bits=8)
-        m = torch.from_numpy(blocks[:, 2:4].copy().view(np.float16)[:, 0].reshape(n, k // 32).copy()) \
-            if qtype == "Q4_1" else None
-        qs = blocks[:, width - 16:]
-        return cls(torch.from_numpy(np.concatenate((qs & 15, qs >> 4), axis=1).reshape(n, k)), d, m)
-
-    @classmethod
-    def stack(cls, parts: list[QuantBlocks]) -> QuantBlocks:
-        """Row blocks one after another (a stacked qkv or gate_up) of one bit width; 4-bit minimums stored unless
-        no part has any."""
-        bits = {p.bits for p in parts}
-        if len(bits) != 1:
-            raise ValueError(f"cannot stack blocks of {sorted(bits)} bits")
-        mins = None if all(p.m is None for p in parts) else torch.cat([p.minimums() for p in parts])
-        return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins, parts[0].bits)
-
-    def minimums(self) -> torch.Tensor:
-        if self.bits == 8:
-            return torch.zeros_like(self.d)
-        return self.m if self.m is not None else (self.d.float() * -8).to(torch.float16)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return tuple(self.q.shape)
-
-    def take_rows(self, index: torch.Tensor) -> QuantBlocks:
-        return QuantBlocks(self.q[index], self.d[index], None if self.m is None else self.m[index], self.bits)
-
-    def dequantize(self) -> torch.Tensor:
-        """-> w [N, K] float32."""
-        n, k = self.q.shape
-        w = self.q.float().view(n, k // 32, 32) * self.d.float()[..., None] + self.minimums().float()[..., None]
-        return w.view(n, k)
 
 
 class GGUFModel:
@@ -136,9 +81,9 @@ class GGUFModel:
 
     def weights(self, dtype: torch.dtype,
                 quant_blocks: bool = False) -> Iterator[tuple[str, torch.Tensor | QuantBlocks]]:
-        """Yield (HF name, tensor) pairs, dequantized, or with ``quant_blocks`` the Q4_0 / Q4_1 / Q8_0 linear
-        weights and embedding table as their own codes and scales (QuantBlocks, exact, no float round trip); Q/K
-        rows are un-permuted back to HF's rotary layout."""
+        """Yield (HF name, tensor) pairs, dequantized, or with ``quant_blocks`` the quantized linear weights and
+        embedding table as int4 / int8 codes and scales (QuantBlocks: exact for Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K,
+        no round trip through ``dtype``); Q/K rows are un-permuted back to HF's rotary layout."""
         import gguf
 
         cfg, permuted = self.config, _ARCHES[self.meta["general.architecture"]][1]
@@ -148,7 +93,7 @@ class GGUFModel:
                 raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
             name = _hf_name(t.name)
             shape = [int(d) for d in reversed(t.shape)]
-            if quant_blocks and qtype in QuantBlocks.TYPES and BLOCK_WEIGHT.fullmatch(t.name):
+            if quant_blocks and qtype in FOUR_BIT | EIGHT_BIT and BLOCK_WEIGHT.fullmatch(t.name):
                 w = QuantBlocks.from_gguf(raw, qtype, shape)
             else:
                 data = np.asarray(gguf.quants.dequantize(raw, t.tensor_type), dtype=np.float32)

@@ -14,7 +14,7 @@ from torch import nn
 
 from radixlm.kernels import cpu_norm_act
 from radixlm.kernels.rmsnorm import rmsnorm_triton
-from radixlm.runtime.model.gguf_file import QuantBlocks
+from radixlm.runtime.model.gguf_blocks import QuantBlocks
 from radixlm.runtime.model.quantization import QuantWeight
 
 
@@ -121,7 +121,8 @@ class QuantizableLinear(nn.Module):
 
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
-        (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path."""
+        (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path. ``mixed``:
+        loaded blocks keep their width (int4 or int8), dense weights become int4."""
         b = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
         if b is not None and b.bits == 4:
             self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)
@@ -129,7 +130,7 @@ class QuantizableLinear(nn.Module):
             self.quant = QuantWeight.from_int8_codes(b.q, b.d, self.weight.dtype, isa)
         if self.quant is None:
             self.materialize()
-            self.quant = QuantWeight.quantize(self.weight, kind, self.weight.dtype, isa)
+            self.quant = QuantWeight.quantize(self.weight, "int4" if kind == "mixed" else kind, self.weight.dtype, isa)
         self.blocks = None
         if not keep_dense or self.quant.replaces_dense:
             self.weight = None
@@ -145,10 +146,11 @@ class QuantizableLinear(nn.Module):
         return n % 16 == 0 and k % 64 == 0
 
     def _whole_blocks(self, bits: int | None) -> QuantBlocks | None:
-        """The loaded blocks stacked, if they are the whole weight, of ``bits`` bits, and fit the kernels."""
-        if not self.blocks or not self._tiles() or any(b.bits != bits for b in self.blocks.values()):
+        """The loaded blocks stacked at ``bits`` bits (None: the widest part's), if they are the whole weight and
+        fit the kernels."""
+        if not self.blocks or not self._tiles():
             return None
-        b = QuantBlocks.stack([self.blocks[i] for i in sorted(self.blocks)])
+        b = QuantBlocks.stack([self.blocks[i] for i in sorted(self.blocks)], bits)
         return b if b.shape == tuple(self.weight.shape) else None  # else some parts came dense
 
     def load_blocks(self, shard: int, blocks: QuantBlocks) -> None:
@@ -231,9 +233,9 @@ class VocabParallelEmbedding(QuantizableLinear):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """int8 rows, the precision GGUF files usually keep this table in (Q8_0): an int4 LM head made from
         SmolLM2's raised its mean NLL by 1.5% (int4 layers: no measurable change). A file that holds the table
-        in 4 bits keeps it so with int4. The lookup reads whole rows times their scale."""
+        in 4 bits keeps it so with int4 (or mixed). The lookup reads whole rows times their scale."""
         four_bit = bool(self.blocks) and all(b.bits == 4 for b in self.blocks.values())
-        super().quantize("int4" if kind == "int4" and four_bit else "int8", keep_dense, isa)
+        super().quantize("int4" if kind in ("int4", "mixed") and four_bit else "int8", keep_dense, isa)
 
     def load(self, shard: int, name: str, w: torch.Tensor | QuantBlocks) -> None:
         if isinstance(w, QuantBlocks):

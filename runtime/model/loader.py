@@ -10,6 +10,7 @@ import os
 import torch
 
 from radixlm.runtime.config import EngineConfig, ModelConfig
+from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT
 from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.hf_folder import HFModel
 from radixlm.runtime.model.layers import TPInfo
@@ -21,8 +22,6 @@ from radixlm.runtime.progress import Progress
 # kernels multiply bf16 in hardware, elsewhere they widen it to float32 in registers (the measurement that
 # chose it, on AVX2 as well: benchmarks/results/2026-12-01-notes.md)
 DEFAULT_DTYPE = torch.bfloat16
-FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"})  # GGUF types kept as int4
-EIGHT_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q8_K"})  # ... as int8
 log = logging.getLogger("radixlm.model")
 
 
@@ -33,8 +32,8 @@ def open_model(model: str | None) -> GGUFModel | HFModel:
 
 def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None = None,
                progress: bool = True, quant_blocks: bool = False) -> LlamaForCausalLM:
-    """``quant_blocks``: a GGUF file's Q4_0 / Q4_1 / Q8_0 weights load as their blocks (quantize_model then keeps
-    them as they are for int4 or int8 of the same width, or dequantizes them), not as dense float weights."""
+    """``quant_blocks``: a GGUF file's quantized weights load as int4 / int8 blocks (gguf_blocks.py; quantize_model
+    then keeps them as they are, or requantizes them to the width asked for), not as dense float weights."""
     cfg = files.config
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(cfg, tp)
@@ -84,10 +83,13 @@ def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device:
     if not isinstance(files, GGUFModel):
         return "none", "the weights are not a quantized GGUF file"
     types = files.layer_types()
+    held = f"the GGUF file's layers are {'/'.join(sorted(types))}"
     if types and types <= FOUR_BIT:
-        return "int4", f"the GGUF file's layers are {'/'.join(sorted(types))}"
+        return "int4", held
+    if types and types <= EIGHT_BIT:
+        return "int8", held
     if types and types <= FOUR_BIT | EIGHT_BIT:
-        return "int8", f"the GGUF file's layers are {'/'.join(sorted(types))}"
+        return "mixed", held + " (int4 for the 4-bit ones, int8 for the others)"
     return "none", f"the GGUF file's layers are {'/'.join(sorted(types)) or 'dense'}"
 
 
@@ -101,5 +103,5 @@ def load_for(cfg: EngineConfig, rank: int = 0, progress: bool = True):
     kind, why = resolve_quantization(cfg.load.quantization, files, device)
     log.info("weights: %s (%s); dtype %s", kind, why, str(dtype).removeprefix("torch."))
     model = load_model(files, dtype, TPInfo(rank, cfg.parallel.tp_size), progress=progress,
-                       quant_blocks=kind in ("int4", "int8"))
+                       quant_blocks=kind in ("int4", "int8", "mixed"))
     return files, model.to(device), dtype, cfg.replace(quantization=kind)

@@ -59,8 +59,8 @@ class QuantWeight:
         """w [N, K] (any float dtype) -> its quantized form; activations will be ``act_dtype``. ``isa`` (a
         path of radixlm's kernels, cpu_ext.resolve): the native backend where the shape fits (N % 16, K % 64),
         else torch's."""
-        if kind not in QUANT_KINDS[1:]:
-            raise ValueError(f"quantization must be one of {QUANT_KINDS[1:]}, got {kind!r}")
+        if kind not in ("int8", "int4"):
+            raise ValueError(f"quantization must be int8 or int4, got {kind!r}")
         n, k = w.shape
         fits = n % 16 == 0 and k % native.BLOCK == 0 and act_dtype in (torch.float32, torch.bfloat16)
         if isa is not None and fits and w.device.type == "cpu":
@@ -228,8 +228,8 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, isa: int | None = None,
                    deterministic: bool = True) -> None:
-    """Quantize every layer that knows how (linear layers: ``kind``; embedding / LM head: int8, or int4 if the
-    file holds it so), in place. ``none``: dense weights, which on radixlm's kernels (``isa``) go into the
+    """Quantize every layer that knows how (linear layers: ``kind``, or with ``mixed`` a GGUF file's blocks at
+    their own width; embedding / LM head: int8, or int4 if the file holds it so), in place. ``none``: dense weights, which on radixlm's kernels (``isa``) go into the
     dense kernel's tiles: always in bfloat16 (faster than torch's bf16 matmul), in float32 when
     ``deterministic`` (its results do not depend on the batch, unlike torch's matmul)."""
     if kind not in QUANT_KINDS:

@@ -53,14 +53,14 @@ class ModelRunner:
             if hasattr(module, "cpu_isa"):
                 module.cpu_isa = self.cpu_isa
         self.graphs = self.compiled = self.fused = None
-        bits = fusable(model) if attention_isa is not None else None
+        fused_kinds = fusable(model) if attention_isa is not None else None
         if self.device.type == "cpu" and config.execution.enable_torch_compile:
             from radixlm.runtime.model.cpu_graph import CompiledDecode
 
             self.compiled = CompiledDecode(model, self.pool, min(config.execution.torch_compile_max_bs,
                                                                  config.scheduler.max_running_requests), attention_isa)
-        elif bits is not None:  # every batch through radixlm's fused decoder layers: no graph to compile
-            self.fused = FusedLayers(model, bits, self.pool.k_buffer, self.pool.v_buffer, attention_isa)
+        elif fused_kinds is not None:  # every batch through radixlm's fused decoder layers: no graph to compile
+            self.fused = FusedLayers(model, self.pool.k_buffer, self.pool.v_buffer, attention_isa)
         self.invariance_gaps = invariance_gaps(model, self.device.type, self.cpu_isa, attention_isa,
                                                self.compiled is not None)
         if config.execution.deterministic and self.invariance_gaps:

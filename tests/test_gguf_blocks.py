@@ -1,0 +1,148 @@
+"""GGUF's quantized types as radixlm's int4 / int8 blocks (runtime/model/gguf_blocks.py), against the `gguf`
+package's own dequantization: exact types bit for bit, Q4_K up to float16 rounding of its scales, the rest
+within their requantization step; and a file that mixes widths (as Q4_K_M files do) runs each matrix at its
+own width, fused, close to its float weights."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from radixlm.kernels import cpu_ext
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.model.gguf_blocks import QuantBlocks
+from radixlm.runtime.model.gguf_file import GGUFModel
+from radixlm.runtime.model.loader import load_model, resolve_quantization
+
+# where a block's float16 super-scales sit (byte offsets), so random blocks decode to weights of ~0.02
+SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82)}
+
+
+def random_blocks(qtype: str, n: int, k: int, seed: int = 0, scale: float = 1e-3) -> np.ndarray:
+    """Random bytes in ``qtype``'s block layout for an [n, k] weight, super-scales set to float16s up to
+    ``scale``."""
+    kind = gguf.GGMLQuantizationType[qtype]
+    per_block, size = gguf.GGML_QUANT_SIZES[kind]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(n * k // per_block, size), dtype=np.uint8)
+    for at in SCALE_AT[qtype]:
+        scales = rng.uniform(scale / 10, scale, size=raw.shape[0]).astype(np.float16)
+        raw[:, at:at + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return raw.reshape(n, -1)
+
+
+def reference(raw: np.ndarray, qtype: str, n: int, k: int) -> torch.Tensor:
+    kind = gguf.GGMLQuantizationType[qtype]
+    return torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, kind), dtype=np.float32).reshape(n, k).copy())
+
+
+def test_q4_k_loads_as_int4_up_to_float16_rounding_of_its_scales():
+    raw = random_blocks("Q4_K", 48, 512)
+    blocks, want = QuantBlocks.from_gguf(raw, "Q4_K", [48, 512]), reference(raw, "Q4_K", 48, 512)
+    assert blocks.bits == 4 and blocks.q.dtype == torch.uint8 and int(blocks.q.max()) <= 15
+    got = blocks.dequantize()
+    # w = (d sc) q + (-dmin m), each product rounded to float16: at most 2^-11 of it, relative
+    bound = (blocks.d.float().abs() * 15 + blocks.m.float().abs()).repeat_interleave(32, dim=1) * 2**-11
+    assert ((got - want).abs() <= bound + 1e-9).all()
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q8_0"])
+def test_legacy_types_load_exactly(qtype):
+    """gguf quantizes these itself; Q5_0's w = d (q - 16) is an int8 code with the block's d."""
+    w = torch.randn(32, 256, generator=torch.Generator().manual_seed(1)).numpy() * 0.05
+    raw = gguf.quants.quantize(w, gguf.GGMLQuantizationType[qtype])
+    blocks = QuantBlocks.from_gguf(raw, qtype, [32, 256])
+    assert blocks.bits == (8 if qtype in ("Q5_0", "Q8_0") else 4)
+    assert torch.equal(blocks.dequantize(), reference(raw, qtype, 32, 256))
+
+
+@pytest.mark.parametrize(("qtype", "bits"), [("Q6_K", 8), ("Q5_K", 8), ("Q3_K", 4), ("Q2_K", 4)])
+def test_other_types_requantize_at_their_width(qtype, bits):
+    """Through their float32 values, per group of 32: within half a step of the width they load at (plus the
+    float16 rounding of the group's scale and minimum)."""
+    raw = random_blocks(qtype, 32, 256, seed=2)
+    want = reference(raw, qtype, 32, 256)
+    blocks = QuantBlocks.from_gguf(raw, qtype, [32, 256])
+    assert blocks.bits == bits
+    groups = want.view(32, 8, 32)
+    step = (groups.abs().amax(-1) / 127 if bits == 8 else (groups.amax(-1) - groups.amin(-1)) / 15)
+    err = (blocks.dequantize() - want).view(32, 8, 32).abs().amax(-1)
+    assert (err <= step * 0.5 + groups.abs().amax(-1) * 2**-9).all()
+
+
+def test_a_stack_of_widths_takes_the_widest_unless_told():
+    four = QuantBlocks.from_gguf(random_blocks("Q4_K", 16, 256), "Q4_K", [16, 256])
+    eight = QuantBlocks.from_gguf(random_blocks("Q6_K", 16, 256, seed=3), "Q6_K", [16, 256])
+    both = QuantBlocks.stack([four, eight])
+    want = torch.cat([four.dequantize(), eight.dequantize()])
+    assert both.bits == 8 and both.shape == (32, 256)
+    assert (both.dequantize() - want).abs().max() <= want.abs().max() / 254 * 1.01
+    assert QuantBlocks.stack([four, four]).bits == 4 and QuantBlocks.stack([four, eight], bits=4).bits == 4
+    assert torch.equal(QuantBlocks.stack([four, four]).dequantize(), torch.cat([four.dequantize()] * 2))
+
+
+def write_mixed_file(path: str) -> None:
+    """A 2-layer Llama (hidden 256, head dim 64) laid out as llama.cpp's Q4_K_M: Q4_K matrices, Q6_K for
+    layer 0's v and down, a Q8_0 embedding (tied)."""
+    hidden, inter, heads, kv, vocab = 256, 512, 4, 2, 320
+    w = gguf.GGUFWriter(path, "llama")
+    for add, value in [(w.add_context_length, 512), (w.add_embedding_length, hidden), (w.add_block_count, 2),
+                       (w.add_feed_forward_length, inter), (w.add_head_count, heads), (w.add_head_count_kv, kv),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_vocab_size, vocab)]:
+        add(value)
+    emb = torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(4)).numpy() * 0.05
+    w.add_tensor("token_embd.weight", gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    shapes = {"attn_q": (hidden, hidden), "attn_k": (kv * 64, hidden), "attn_v": (kv * 64, hidden),
+              "attn_output": (hidden, hidden), "ffn_gate": (inter, hidden), "ffn_up": (inter, hidden),
+              "ffn_down": (hidden, inter)}
+    for i in range(2):
+        for name in ("attn_norm", "ffn_norm"):
+            w.add_tensor(f"blk.{i}.{name}.weight", np.ones(hidden, dtype=np.float32))
+        for j, (name, (n, k)) in enumerate(shapes.items()):
+            qtype = "Q6_K" if i == 0 and name in ("attn_v", "ffn_down") else "Q4_K"
+            w.add_tensor(f"blk.{i}.{name}.weight", random_blocks(qtype, n, k, 10 * i + j, 1e-4),
+                         raw_dtype=gguf.GGMLQuantizationType[qtype])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
+    """auto -> mixed: int4 where the file has 4 bits, int8 where it has 6 (layer 0's qkv widens with its v);
+    the fused layers run the mix and track the file's float32 weights run dense (mean prompt logprob error
+    about 0.01 here, against about 0.06 with every matrix int4)."""
+    path = str(tmp_path / "mixed.gguf")
+    write_mixed_file(path)
+    files = GGUFModel(path)
+    kind, why = resolve_quantization("auto", files, torch.device("cpu"))
+    assert kind == "mixed" and "Q4_K/Q6_K" in why
+    mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
+                              quantization=kind, max_total_tokens=1024)
+    kinds = [[lin.quant.kind for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
+                                         layer.mlp.down_proj)] for layer in mixed.model.layers]
+    assert kinds == [["int8", "int4", "int4", "int8"], ["int4", "int4", "int4", "int4"]]
+    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int8"}
+    dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
+                              max_total_tokens=1024)
+    narrow = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
+                               quantization="int4", max_total_tokens=1024)  # the Q6_K matrices too
+    eager = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
+                              quantization=kind, max_total_tokens=1024)
+    eager.runner.fused = None  # the same matrices, layer by layer in Python
+    got, want, four, layered = (prompt_logprobs(e) for e in (mixed, dense, narrow, eager))
+    assert (got - layered).abs().max() < 0.02
+    assert (got - want).abs().mean() < 0.03, (got - want).abs()
+    assert (four - want).abs().mean() > 2 * (got - want).abs().mean()  # the 6-bit matrices' precision is kept
+
+
+def prompt_logprobs(e: Engine) -> torch.Tensor:
+    prompt = [(37 * j + 5) % 320 for j in range(60)]
+    out = e.generate(input_ids=prompt, sampling_params={"temperature": 0, "max_new_tokens": 1}, return_logprob=True,
+                     logprob_start_len=0)
+    return torch.tensor([x[0] for x in out["meta_info"]["input_token_logprobs"][1:]])
