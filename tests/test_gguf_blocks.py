@@ -17,7 +17,8 @@ from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.loader import load_model, resolve_quantization
 
 # where a block's float16 super-scales sit (byte offsets), so random blocks decode to weights of ~0.02
-SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82)}
+SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82), "IQ4_NL": (0,),
+            "IQ4_XS": (0,)}
 
 
 def random_blocks(qtype: str, n: int, k: int, seed: int = 0, scale: float = 1e-3) -> np.ndarray:
@@ -58,7 +59,8 @@ def test_legacy_types_load_exactly(qtype):
     assert torch.equal(blocks.dequantize(), reference(raw, qtype, 32, 256))
 
 
-@pytest.mark.parametrize(("qtype", "bits"), [("Q6_K", 8), ("Q5_K", 8), ("Q3_K", 4), ("Q2_K", 4)])
+@pytest.mark.parametrize(("qtype", "bits"), [("Q6_K", 8), ("Q5_K", 8), ("Q3_K", 4), ("Q2_K", 4), ("IQ4_NL", 4),
+                                             ("IQ4_XS", 4)])
 def test_other_types_requantize_at_their_width(qtype, bits):
     """Through their float32 values, per group of 32: within half a step of the width they load at (plus the
     float16 rounding of the group's scale and minimum)."""
