@@ -13,6 +13,9 @@
 //   codes [N/16, K/4, 32] bytes: for a tile and a k-quad, byte p holds row p/4's k % 4 = p % 4 in its low
 //   nibble and row 8 + p/4's in its high nibble; d, mn float16 [N/16, K/32, 16] (mn may be empty).
 //   sum_k w x = sum_g d_g a sum(q xq) + mn_g a sum(xq).
+// int5: the int4 codes' nibbles [N/16, K/4, 40]: per k-quad int4's 32 bytes, then 8 bytes of fifth bits (bit l of
+//   lane l in int4's byte order: rows 0-7 then 8-15), w = d * q + mn, q in [0, 31] (GGUF's Q5_0, Q5_1, Q5_K);
+//   mn is always stored.
 // int8: w = d * q per group of 32 along K (GGUF's Q8_0), q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k),
 //   d float16 [N/16, K/32, 16] (as int4's).
 // dense: w [N/16, K, 16] in bfloat16 or float32, k-major inside a tile; x is widened to float32.
@@ -50,7 +53,13 @@ at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
 }  // namespace
 
 void check_weight(const QuantWeightRef& w) {
-  if (w.bits == 4) {
+  if (w.bits == 5) {
+    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == 40 &&
+                w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.mins.defined() &&
+                w.mins.sizes() == w.scales.sizes() && w.mins.scalar_type() == at::kHalf &&
+                w.data.numel() * 8 == w.n() * w.k() * 5 && w.data.is_contiguous() && w.scales.is_contiguous() &&
+                w.mins.is_contiguous(), "int5 weight: uint8 codes [N / 16, K / 4, 40] with float16 scales and minimums");
+  } else if (w.bits == 4) {
     const bool mins = w.mins.defined() && w.mins.numel() > 0;
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf &&
                 (!mins || w.mins.scalar_type() == at::kHalf), "int4 weight: uint8 codes with float16 scales and minimums");
@@ -91,6 +100,9 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
       const at::Half* mn = w.mins.defined() && w.mins.numel() > 0 ? w.mins.data_ptr<at::Half>() : nullptr;
       RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, n, t0, t1,
                        a.q, m, out);
+    } else if (w.bits == 5) {
+      RADIXLM_ISA_CALL(isa, int5_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
+                       w.mins.data_ptr<at::Half>(), n, t0, t1, a.q, m, out);
     } else if (w.bits == 8) {
       RADIXLM_ISA_CALL(isa, int8_tiles<T>, w.data.data_ptr<int8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
                        out);
@@ -102,6 +114,10 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
 
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa) {
   return linear(x, QuantWeightRef{4, w, d, mn}, isa);
+}
+
+at::Tensor int5_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa) {
+  return linear(x, QuantWeightRef{5, w, d, mn}, isa);
 }
 
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa) {
@@ -117,12 +133,14 @@ at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa) {
 TORCH_LIBRARY(radixlm_cpu, m) {
   m.def("isa_supported(int isa) -> bool", [](int64_t isa) { return radixlm_cpu::isa_supported(isa); });
   m.def("int4_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
+  m.def("int5_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
   m.impl("int4_linear", &radixlm_cpu::int4_linear);
+  m.impl("int5_linear", &radixlm_cpu::int5_linear);
   m.impl("int8_linear", &radixlm_cpu::int8_linear);
   m.impl("dense_linear", &radixlm_cpu::dense_linear);
 }

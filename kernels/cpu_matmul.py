@@ -16,13 +16,18 @@ from radixlm.kernels.cpu_ext import available
 
 BLOCK = 64  # K must be a multiple of it
 GROUP = 32  # int4 / int8 scale group along K
-__all__ = ["available", "dense_linear", "int4_linear", "int8_linear", "pack_dense", "pack_int4", "pack_int8"]
+__all__ = ["available", "dense_linear", "int4_linear", "int5_linear", "int8_linear", "pack_dense", "pack_int4",
+           "pack_int5", "pack_int8"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
 def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None,
                 isa: int) -> torch.Tensor:
     return torch.ops.radixlm_cpu.int4_linear(x, codes, d, NO_MINS if mn is None else mn, isa)
+
+
+def int5_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int5_linear(x, codes, d, mn, isa)
 
 
 def dense_linear(x: torch.Tensor, w: torch.Tensor, isa: int) -> torch.Tensor:
@@ -54,6 +59,32 @@ def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tupl
     t = _tiles(q.to(torch.uint8))
     codes = t[:, :, :8].reshape(*t.shape[:2], 32) | (t[:, :, 8:].reshape(*t.shape[:2], 32) << 4)
     return codes.contiguous(), _pack_scales(d), None if mn is None else _pack_scales(mn)
+
+
+def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """codes q [N, K] in [0, 31], d and mn [N, K / 32] -> the kernel's (codes uint8 [N / 16, K / 4, 40], d, mn
+    float16 [N / 16, K / 32, 16]): per k-quad pack_int4's 32 bytes of the low 4 bits, then 8 bytes holding lane
+    l's fifth bit as bit l, the lanes in the nibbles' order (rows 0-7 of the low nibbles, then 8-15)."""
+    q = q.to(torch.uint8)
+    nibbles, dp, mp = pack_int4(q & 15, d, mn)
+    t = _tiles(q >> 4)  # [N / 16, K / 4, 16, 4]: lane 4 row + k, rows 0-7 then 8-15, as the nibbles
+    weights = (1 << torch.arange(8, dtype=torch.uint8))
+    fifth = (t.reshape(*t.shape[:2], 8, 8) * weights).sum(-1, dtype=torch.uint8)  # [N / 16, K / 4, 8]
+    return torch.cat((nibbles, fifth), dim=2).contiguous(), dp, mp
+
+
+def unpack_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The inverse of pack_int5 -> (q uint8 [N, K], d [N, K / 32], mn likewise)."""
+    low, d, mn = unpack_int4(codes[:, :, :32].contiguous(), d, mn)
+    bits = (codes[:, :, 32:, None] >> torch.arange(8, dtype=torch.uint8)) & 1  # [N / 16, K / 4, 8, 8]: lane 8 b + i
+    high = _untile(bits.reshape(*codes.shape[:2], 16, 4))
+    return low | (high << 4), d, mn
+
+
+def dequantize_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+    """-> w [N, K] float32 = d * q + mn per group of 32."""
+    q, d, mn = unpack_int5(codes, d, mn)
+    return (q.float().view(q.shape[0], -1, GROUP) * d.float()[..., None] + mn.float()[..., None]).flatten(1)
 
 
 def _pack_scales(v: torch.Tensor) -> torch.Tensor:
@@ -126,6 +157,10 @@ def quantize_x_torch(x: torch.Tensor) -> torch.Tensor:
 def int4_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
     """The reference: the same quantized activations times the dequantized weight, in float32."""
     return (quantize_x_torch(x) @ dequantize_int4(codes, d, mn).t()).to(x.dtype)
+
+
+def int5_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+    return (quantize_x_torch(x) @ dequantize_int5(codes, d, mn).t()).to(x.dtype)
 
 
 def int8_linear_torch(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:

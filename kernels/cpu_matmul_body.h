@@ -42,15 +42,16 @@ void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, c
   }
 }
 
-// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 weights. Per 64-block of K (one activation scale, two
-// weight groups): the groups' int32 dot products scaled as (ip0 d0 + ip1 d1) a, plus the minimums' mn_g t_g.
-// Without stored minimums (mn null: GGUF's Q4_0, w = d (q - 8)) mn_g is -8 d_g, exactly what a stored one
-// would hold, so the result is the same bits either way.
-template <int MT, typename T>
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 (Bits 4) or int5 (Bits 5) weights. Per 64-block of K (one
+// activation scale, two weight groups): the groups' int32 dot products scaled as (ip0 d0 + ip1 d1) a, plus the
+// minimums' mn_g t_g. Without stored minimums (mn null: GGUF's Q4_0, w = d (q - 8)) mn_g is -8 d_g, exactly
+// what a stored one would hold, so the result is the same bits either way (int5 always stores them).
+template <int MT, int Bits, typename T>
 void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
                const QuantizedX& xq, int64_t m0, T* y) {
+  constexpr int64_t kQuad = Bits == 5 ? 40 : 32, kGroupBytes = 8 * kQuad;  // code bytes per k-quad, per group
   const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
-  const uint8_t* wt = codes + tile * (k / 4) * 32;
+  const uint8_t* wt = codes + tile * (k / 4) * kQuad;
   const at::Half* dt = d + tile * g_count * 16;
   const at::Half* mt = mn != nullptr ? mn + tile * g_count * 16 : nullptr;
   const int8_t* xs = xq.q + m0 * k;
@@ -59,11 +60,15 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
   prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
   if (mn != nullptr) prefetch(mn + (tile + 1) * g_count * 16);
   for (int64_t b = 0; b < nb; ++b) {
-    for (int line = 0; line < 8; ++line) prefetch(wt + (2 * b + kPrefetch) * 256 + 64 * line);
+    for (int line = 0; line < 2 * kGroupBytes / 64; ++line) prefetch(wt + (2 * b + kPrefetch) * kGroupBytes + 64 * line);
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
       I16 ip[MT];
-      dot_int4_group<MT>(wt + (2 * b + h) * 256, xs + b * kBlock + 32 * h, k, ip);
+      if constexpr (Bits == 5) {
+        dot_int5_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
+      } else {
+        dot_int4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
+      }
       const F16 dh = fload(dt + (2 * b + h) * 16);
       for (int i = 0; i < MT; ++i) both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
     }
@@ -126,7 +131,17 @@ template <typename T>
 void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
                 const QuantizedX& xq, int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    int4_tile<decltype(mt)::value>(codes, d, mn, n, t, xq, m0, y);
+    int4_tile<decltype(mt)::value, 4>(codes, d, mn, n, t, xq, m0, y);
+  });
+}
+
+// int5: the int4 layout's nibbles (32 bytes a k-quad) then the fifth bits (8 bytes: bit l of lane l, lanes in
+// int4_quad's order), w = d q + mn with q in [0, 31] (GGUF's Q5_0, Q5_1, Q5_K); mn is always stored
+template <typename T>
+void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
+                const QuantizedX& xq, int64_t m, T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    int4_tile<decltype(mt)::value, 5>(codes, d, mn, n, t, xq, m0, y);
   });
 }
 

@@ -175,6 +175,44 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
   }
   for (int i = 0; i < MT; ++i) ip[i] = {acc_int32(lo[i]), acc_int32(hi[i])};
 }
+// 16 in byte l of 32 where bit l of `bits` is set, else 0
+inline __m256i fifth_bits(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)),
+                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
+}
+// int5: the int4 codes plus 16 where the k-quad's fifth bit is set (bytes 32-35: rows 0-7, 36-39: rows 8-15).
+// Without VNNI, maddubs' int16 pairs (at most 2 * 31 * 127) are summed over 4 k-quads (31,496) before widening.
+template <int MT>
+inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int half = 0; half < 2; ++half) {
+    __m256i lo[MT], hi[MT];
+    for (int i = 0; i < MT; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int kq = 4 * half; kq < 4 * half + 4; ++kq) {
+      const uint8_t* quad = codes + 40 * kq;
+      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
+      uint32_t f0, f1;
+      std::memcpy(&f0, quad + 32, 4);
+      std::memcpy(&f1, quad + 36, 4);
+      const __m256i c_lo = _mm256_or_si256(_mm256_and_si256(packed, low), fifth_bits(f0));
+      const __m256i c_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), fifth_bits(f1));
+      for (int i = 0; i < MT; ++i) {
+        const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+        lo[i] = acc_codes(lo[i], c_lo, xb);
+        hi[i] = acc_codes(hi[i], c_hi, xb);
+      }
+    }
+    for (int i = 0; i < MT; ++i) {
+      ip[i].lo = _mm256_add_epi32(ip[i].lo, acc_int32(lo[i]));
+      ip[i].hi = _mm256_add_epi32(ip[i].hi, acc_int32(hi[i]));
+    }
+  }
+}
 #ifdef RADIXLM_DPBUSD256
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
 // multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group

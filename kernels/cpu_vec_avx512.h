@@ -115,6 +115,21 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
+// int5: a k-quad's nibbles as int4_quad's, plus 16 where its fifth bit (8 bytes, bit l for lane l) is set
+template <int MT>
+inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+#pragma GCC unroll 8
+  for (int kq = 0; kq < 8; ++kq) {
+    const uint8_t* quad = codes + 40 * kq;
+    uint64_t fifth;
+    std::memcpy(&fifth, quad + 32, 8);
+    const __m512i wq = _mm512_or_si512(int4_quad(quad), _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(16)));
+    for (int i = 0; i < MT; ++i) {
+      ip[i].v = _mm512_dpbusd_epi32(ip[i].v, wq, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
+    }
+  }
+}
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
 // multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group
 constexpr int32_t kInt8Bias = 128;

@@ -172,6 +172,30 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
+// 16 in byte l of 16 where bit l of the two bytes at p is set, else 0
+inline uint8x16_t fifth_bits(const uint8_t* p) {
+  static const uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t spread = vcombine_u8(vdup_n_u8(p[0]), vdup_n_u8(p[1]));
+  return vandq_u8(vtstq_u8(spread, vld1q_u8(kBit)), vdupq_n_u8(16));
+}
+// int5: the int4 codes plus 16 where the k-quad's fifth bit (bytes 32-39, bit l for lane l) is set
+template <int MT>
+inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  const uint8x16_t low = vdupq_n_u8(0x0F);
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int kq = 0; kq < 8; ++kq) {
+    const uint8_t* quad = codes + 40 * kq;
+    const uint8x16_t c0 = vld1q_u8(quad), c1 = vld1q_u8(quad + 16);
+    const int8x16_t w[4] = {vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c0, low), fifth_bits(quad + 32))),
+                            vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c1, low), fifth_bits(quad + 34))),
+                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c0, 4), fifth_bits(quad + 36))),
+                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c1, 4), fifth_bits(quad + 38)))};
+    for (int i = 0; i < MT; ++i) {
+      const int8x16_t xb = four_bytes(x + i * k_stride + 4 * kq);
+      for (int j = 0; j < 4; ++j) ip[i].q[j] = vdotq_s32(ip[i].q[j], w[j], xb);
+    }
+  }
+}
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
 template <int MT>

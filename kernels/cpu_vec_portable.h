@@ -145,6 +145,22 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
+// int5: the int4 codes plus 16 where the k-quad's fifth bit (bytes 32-39, bit l for lane l) is set
+template <int MT>
+inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) {
+    ip[i] = I16{};
+    for (int kq = 0; kq < 8; ++kq) {
+      const uint8_t* c = codes + 40 * kq;
+      const int8_t* xi = x + i * k_stride + 4 * kq;
+      auto fifth = [&](int lane) { return ((c[32 + lane / 8] >> (lane % 8)) & 1) << 4; };
+      for (int p = 0; p < 32; ++p) {
+        ip[i].v[p / 4] += ((c[p] & 15) | fifth(p)) * xi[p % 4];
+        ip[i].v[8 + p / 4] += ((c[p] >> 4) | fifth(32 + p)) * xi[p % 4];
+      }
+    }
+  }
+}
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
 template <int MT>

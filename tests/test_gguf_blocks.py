@@ -1,7 +1,7 @@
-"""GGUF's quantized types as radixlm's int4 / int8 blocks (runtime/model/gguf_blocks.py), against the `gguf`
-package's own dequantization: exact types bit for bit, Q4_K up to float16 rounding of its scales, the rest
-within their requantization step; and a file that mixes widths (as Q4_K_M files do) runs each matrix at its
-own width, fused, close to its float weights."""
+"""GGUF's quantized types as radixlm's int4 / int5 / int8 blocks (runtime/model/gguf_blocks.py), against the
+`gguf` package's own dequantization: exact types bit for bit, Q4_K and Q5_K up to float16 rounding of their
+scales, the rest within their requantization step; and a file that mixes widths (as Q4_K_M files do) runs
+each matrix at its own width, fused, close to its float weights."""
 
 from __future__ import annotations
 
@@ -39,28 +39,29 @@ def reference(raw: np.ndarray, qtype: str, n: int, k: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, kind), dtype=np.float32).reshape(n, k).copy())
 
 
-def test_q4_k_loads_as_int4_up_to_float16_rounding_of_its_scales():
-    raw = random_blocks("Q4_K", 48, 512)
-    blocks, want = QuantBlocks.from_gguf(raw, "Q4_K", [48, 512]), reference(raw, "Q4_K", 48, 512)
-    assert blocks.bits == 4 and blocks.q.dtype == torch.uint8 and int(blocks.q.max()) <= 15
+@pytest.mark.parametrize(("qtype", "bits"), [("Q4_K", 4), ("Q5_K", 5)])
+def test_k_quants_load_at_their_width_up_to_float16_rounding_of_their_scales(qtype, bits):
+    raw = random_blocks(qtype, 48, 512)
+    blocks, want = QuantBlocks.from_gguf(raw, qtype, [48, 512]), reference(raw, qtype, 48, 512)
+    top = 2**bits - 1
+    assert blocks.bits == bits and blocks.q.dtype == torch.uint8 and int(blocks.q.max()) == top
     got = blocks.dequantize()
     # w = (d sc) q + (-dmin m), each product rounded to float16: at most 2^-11 of it, relative
-    bound = (blocks.d.float().abs() * 15 + blocks.m.float().abs()).repeat_interleave(32, dim=1) * 2**-11
+    bound = (blocks.d.float().abs() * top + blocks.m.float().abs()).repeat_interleave(32, dim=1) * 2**-11
     assert ((got - want).abs() <= bound + 1e-9).all()
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q8_0"])
-def test_legacy_types_load_exactly(qtype):
-    """gguf quantizes these itself; Q5_0's w = d (q - 16) is an int8 code with the block's d."""
+@pytest.mark.parametrize(("qtype", "bits"), [("Q4_0", 4), ("Q4_1", 4), ("Q5_0", 5), ("Q5_1", 5), ("Q8_0", 8)])
+def test_legacy_types_load_exactly(qtype, bits):
+    """gguf quantizes these itself; Q5_0's w = d (q - 16) is an int5 code with minimum -16 d."""
     w = torch.randn(32, 256, generator=torch.Generator().manual_seed(1)).numpy() * 0.05
     raw = gguf.quants.quantize(w, gguf.GGMLQuantizationType[qtype])
     blocks = QuantBlocks.from_gguf(raw, qtype, [32, 256])
-    assert blocks.bits == (8 if qtype in ("Q5_0", "Q8_0") else 4)
+    assert blocks.bits == bits
     assert torch.equal(blocks.dequantize(), reference(raw, qtype, 32, 256))
 
 
-@pytest.mark.parametrize(("qtype", "bits"), [("Q6_K", 8), ("Q5_K", 8), ("Q3_K", 4), ("Q2_K", 4), ("IQ4_NL", 4),
-                                             ("IQ4_XS", 4)])
+@pytest.mark.parametrize(("qtype", "bits"), [("Q6_K", 8), ("Q3_K", 4), ("Q2_K", 4), ("IQ4_NL", 4), ("IQ4_XS", 4)])
 def test_other_types_requantize_at_their_width(qtype, bits):
     """Through their float32 values, per group of 32: within half a step of the width they load at (plus the
     float16 rounding of the group's scale and minimum)."""
@@ -83,11 +84,14 @@ def test_a_stack_of_widths_takes_the_widest_unless_told():
     assert (both.dequantize() - want).abs().max() <= want.abs().max() / 254 * 1.01
     assert QuantBlocks.stack([four, four]).bits == 4 and QuantBlocks.stack([four, eight], bits=4).bits == 4
     assert torch.equal(QuantBlocks.stack([four, four]).dequantize(), torch.cat([four.dequantize()] * 2))
+    five = QuantBlocks.from_gguf(random_blocks("Q5_K", 16, 256, seed=5), "Q5_K", [16, 256])
+    widened = QuantBlocks.stack([four, five])  # 4-bit codes are 5-bit codes: exact
+    assert widened.bits == 5 and torch.equal(widened.dequantize(), torch.cat([four.dequantize(), five.dequantize()]))
 
 
 def write_mixed_file(path: str) -> None:
     """A 2-layer Llama (hidden 256, head dim 64) laid out as llama.cpp's Q4_K_M: Q4_K matrices, Q6_K for
-    layer 0's v and down, a Q8_0 embedding (tied)."""
+    layer 0's v and down (Q5_K in layer 1, as Q5_K_M files have), a Q8_0 embedding (tied)."""
     hidden, inter, heads, kv, vocab = 256, 512, 4, 2, 320
     w = gguf.GGUFWriter(path, "llama")
     for add, value in [(w.add_context_length, 512), (w.add_embedding_length, hidden), (w.add_block_count, 2),
@@ -105,7 +109,7 @@ def write_mixed_file(path: str) -> None:
         for name in ("attn_norm", "ffn_norm"):
             w.add_tensor(f"blk.{i}.{name}.weight", np.ones(hidden, dtype=np.float32))
         for j, (name, (n, k)) in enumerate(shapes.items()):
-            qtype = "Q6_K" if i == 0 and name in ("attn_v", "ffn_down") else "Q4_K"
+            qtype = ("Q6_K" if i == 0 else "Q5_K") if name in ("attn_v", "ffn_down") else "Q4_K"
             w.add_tensor(f"blk.{i}.{name}.weight", random_blocks(qtype, n, k, 10 * i + j, 1e-4),
                          raw_dtype=gguf.GGMLQuantizationType[qtype])
     w.write_header_to_file()
@@ -116,20 +120,20 @@ def write_mixed_file(path: str) -> None:
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
-    """auto -> mixed: int4 where the file has 4 bits, int8 where it has 6 (layer 0's qkv widens with its v);
-    the fused layers run the mix and track the file's float32 weights run dense (mean prompt logprob error
-    about 0.01 here, against about 0.06 with every matrix int4)."""
+    """auto -> mixed: int4 where the file has 4 bits, int5 where it has 5, int8 where it has 6 (a qkv widens with
+    its v); the fused layers run the mix and track the file's float32 weights run dense (mean prompt logprob
+    error about 0.01 here, against about 0.06 with every matrix int4)."""
     path = str(tmp_path / "mixed.gguf")
     write_mixed_file(path)
     files = GGUFModel(path)
     kind, why = resolve_quantization("auto", files, torch.device("cpu"))
-    assert kind == "mixed" and "Q4_K/Q6_K" in why
+    assert kind == "mixed" and "Q4_K/Q5_K/Q6_K" in why
     mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
                               quantization=kind, max_total_tokens=1024)
     kinds = [[lin.quant.kind for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
                                          layer.mlp.down_proj)] for layer in mixed.model.layers]
-    assert kinds == [["int8", "int4", "int4", "int8"], ["int4", "int4", "int4", "int4"]]
-    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int8"}
+    assert kinds == [["int8", "int4", "int4", "int8"], ["int5", "int4", "int4", "int5"]]
+    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int5", "int8"}
     dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
                               max_total_tokens=1024)
     narrow = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from radixlm.runtime.config import ModelConfig
-from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, QuantBlocks
+from radixlm.runtime.model.gguf_blocks import WIDTHS, QuantBlocks
 from radixlm.runtime.model.gguf_header import GGUFHeader
 from radixlm.runtime.model.sources import ModelSource
 from radixlm.runtime.model.tokenizer_files import light_tokenizer, load_tokenizer
@@ -82,8 +82,9 @@ class GGUFModel:
     def weights(self, dtype: torch.dtype,
                 quant_blocks: bool = False) -> Iterator[tuple[str, torch.Tensor | QuantBlocks]]:
         """Yield (HF name, tensor) pairs, dequantized, or with ``quant_blocks`` the quantized linear weights and
-        embedding table as int4 / int8 codes and scales (QuantBlocks: exact for Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K,
-        no round trip through ``dtype``); Q/K rows are un-permuted back to HF's rotary layout."""
+        embedding table as int4 / int5 / int8 codes and scales (QuantBlocks: exact for Q4_0 / Q4_1 / Q5_0 / Q5_1 /
+        Q8_0, Q4_K / Q5_K up to float16 scales, no round trip through ``dtype``); Q/K rows are un-permuted back
+        to HF's rotary layout."""
         import gguf
 
         cfg, permuted = self.config, _ARCHES[self.meta["general.architecture"]][1]
@@ -93,7 +94,7 @@ class GGUFModel:
                 raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
             name = _hf_name(t.name)
             shape = [int(d) for d in reversed(t.shape)]
-            if quant_blocks and qtype in FOUR_BIT | EIGHT_BIT and BLOCK_WEIGHT.fullmatch(t.name):
+            if quant_blocks and qtype in WIDTHS and BLOCK_WEIGHT.fullmatch(t.name):
                 w = QuantBlocks.from_gguf(raw, qtype, shape)
             else:
                 data = np.asarray(gguf.quants.dequantize(raw, t.tensor_type), dtype=np.float32)

@@ -122,10 +122,12 @@ class QuantizableLinear(nn.Module):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path. ``mixed``:
-        loaded blocks keep their width (int4 or int8), dense weights become int4."""
+        loaded blocks keep their width (int4, int5 or int8), dense weights become int4."""
         b = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
         if b is not None and b.bits == 4:
             self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)
+        elif b is not None and b.bits == 5:
+            self.quant = QuantWeight.from_int5_codes(b.q, b.d, b.m, self.weight.dtype, isa)
         elif b is not None:
             self.quant = QuantWeight.from_int8_codes(b.q, b.d, self.weight.dtype, isa)
         if self.quant is None:

@@ -10,7 +10,7 @@ import os
 import torch
 
 from radixlm.runtime.config import EngineConfig, ModelConfig
-from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT
+from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, WIDTHS
 from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.hf_folder import HFModel
 from radixlm.runtime.model.layers import TPInfo
@@ -88,8 +88,8 @@ def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device:
         return "int4", held
     if types and types <= EIGHT_BIT:
         return "int8", held
-    if types and types <= FOUR_BIT | EIGHT_BIT:
-        return "mixed", held + " (int4 for the 4-bit ones, int8 for the others)"
+    if types and types <= WIDTHS.keys():
+        return "mixed", held + " (each at its width: int4 for 4 bits or fewer, int5 for 5, int8 for 6 to 8)"
     return "none", f"the GGUF file's layers are {'/'.join(sorted(types)) or 'dense'}"
 
 

@@ -39,7 +39,8 @@ class QuantWeight:
     Np = N rounded up to 16), scales [K / 32, Np, 2] holding (scale, zero) per group.
     backend native (16-row tiles, see cpu_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales
     float16 [N / 16, K / 32, 16] (w = d q per group of 32, GGUF's Q8_0); int4: data uint8 [N / 16, K / 4, 32],
-    scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn; mins None for Q4_0's w = d (q - 8)); dense:
+    scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn; mins None for Q4_0's w = d (q - 8)); int5
+    (from GGUF's 5-bit types only): data uint8 [N / 16, K / 4, 40], scales and mins as int4's; dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
     models: ``tile_dense``)."""
 
@@ -78,6 +79,15 @@ class QuantWeight:
         return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
 
     @classmethod
+    def from_int5_codes(cls, q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, act_dtype: torch.dtype,
+                        isa: int) -> QuantWeight:
+        """A 5-bit weight given as its codes q [N, K] in [0, 31] with d, mn [N, K / 32] (w = d q + mn per group,
+        GGUF's Q5_1 / Q5_K form) -> the native backend's layout, exactly."""
+        n, k = q.shape
+        codes, d16, mn16 = native.pack_int5(q, d, mn)
+        return cls("int5", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
+
+    @classmethod
     def from_int8_codes(cls, q: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype, isa: int) -> QuantWeight:
         """An 8-bit weight given as its codes q int8 [N, K] with d [N, K / 32] (w = d q per group, GGUF's Q8_0)
         -> the native backend's layout, exactly."""
@@ -108,6 +118,8 @@ class QuantWeight:
                 return native.int8_linear(x, self.data, self.scales, self.isa)
             if self.kind == "dense":
                 return native.dense_linear(x, self.data, self.isa)
+            if self.kind == "int5":
+                return native.int5_linear(x, self.data, self.scales, self.mins, self.isa)
             return native.int4_linear(x, self.data, self.scales, self.mins, self.isa)
         if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
             # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows (faster
@@ -139,6 +151,8 @@ class QuantWeight:
             return native.dequantize_int8(self.data, self.scales)
         if self.kind == "dense":
             return native.unpack_dense(self.data).float()
+        if self.kind == "int5":
+            return native.dequantize_int5(self.data, self.scales, self.mins)
         if self.backend == "native":
             return native.dequantize_int4(self.data, self.scales, self.mins)
         if self.kind == "int8":
@@ -149,7 +163,10 @@ class QuantWeight:
         return w_t.float().t()[: self.out_features].contiguous()
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup)."""
+        """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup; not int5, which
+        embedding tables never take)."""
+        if self.kind == "int5":
+            raise ValueError("int5 rows: an embedding table is int4, int8 or dense")
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
             return self.data[ids // 16, :, ids % 16]
         if self.kind == "int4":
@@ -201,14 +218,15 @@ def int8_codes(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, d  # a group too small for float16's d (0) keeps q but contributes 0
 
 
-def int4_codes(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """w [N, K] -> (codes [N, K] in [0, 15], d [N, K / 32], mn [N, K / 32]) with w ~= d q + mn per group of 32,
-    mapping each group's [min, max] onto [0, 15]; a Q4_1 block whose codes span 0..15 comes back exactly."""
+def int4_codes(w: torch.Tensor, top: int = 15) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w [N, K] -> (codes [N, K] in [0, top], d [N, K / 32], mn [N, K / 32]) with w ~= d q + mn per group of 32,
+    mapping each group's [min, max] onto [0, top] (15; 31 for int5); a Q4_1 block whose codes span 0..15 comes
+    back exactly."""
     n, k = w.shape
     g = _groups(w, "int4")
     lo, hi = g.amin(dim=-1), g.amax(dim=-1)  # [N, G]
-    d = ((hi - lo) / 15).clamp(min=1e-10)
-    q = torch.round((g - lo[..., None]) / d[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
+    d = ((hi - lo) / top).clamp(min=1e-10)
+    q = torch.round((g - lo[..., None]) / d[..., None]).clamp(0, top).to(torch.int32).view(n, k)
     return q, d, lo
 
 
