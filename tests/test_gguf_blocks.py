@@ -59,6 +59,8 @@ def test_legacy_types_load_exactly(qtype, bits):
     blocks = QuantBlocks.from_gguf(raw, qtype, [32, 256])
     assert blocks.bits == bits
     assert torch.equal(blocks.dequantize(), reference(raw, qtype, 32, 256))
+    if qtype == "Q5_0":  # as int8 (an embedding table, or --quantization int8): codes q - 16, still exact
+        assert torch.equal(blocks.to_bits(8).dequantize(), reference(raw, qtype, 32, 256))
 
 
 @pytest.mark.parametrize(("qtype", "bits"), [("Q6_K", 8), ("Q3_K", 4), ("Q2_K", 4), ("IQ4_NL", 4), ("IQ4_XS", 4)])

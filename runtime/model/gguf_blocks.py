@@ -65,12 +65,14 @@ class QuantBlocks:
         return cls(q.to(torch.uint8), d.to(torch.float16), mn.to(torch.float16), bits)
 
     def to_bits(self, bits: int) -> QuantBlocks:
-        """These weights at ``bits`` bits: themselves, 4-bit codes as 5-bit ones (exact), or requantized from
-        their float32 values."""
+        """These weights at ``bits`` bits: themselves, 4-bit codes as 5-bit ones and Q5_0's (m = -16 d) as 8-bit
+        codes q - 16 (both exact), or requantized from their float32 values."""
         if bits == self.bits:
             return self
         if (self.bits, bits) == (4, 5):
             return QuantBlocks(self.q, self.d, self.minimums(), 5)
+        if (self.bits, bits) == (5, 8) and torch.equal(self.minimums(), (self.d.float() * -16).to(torch.float16)):
+            return QuantBlocks((self.q.to(torch.int16) - 16).to(torch.int8), self.d, None, 8)
         return QuantBlocks.from_float(self.dequantize(), bits)
 
     @classmethod
