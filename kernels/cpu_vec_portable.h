@@ -129,37 +129,33 @@ inline void store_int8(int8_t* p, I16 a) {
   for (int i = 0; i < 16; ++i) p[i] = static_cast<int8_t>(a.v[i] < -128 ? -128 : a.v[i] > 127 ? 127 : a.v[i]);
 }
 
-// ip[i]_j = sum over one group of 32 k (8 k-quads of int4 codes, 32 bytes each: byte p holds row p / 4's
-// k % 4 = p % 4 in its low nibble and row 8 + p / 4's in its high nibble) of w[j][k] x_i[k]
-template <int MT>
-inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+// Lane l's code in a k-quad: int4's 32 bytes hold lane l < 32 (row l / 4, k = l % 4) in byte l's low nibble
+// and lane 32 + p (row 8 + p / 4) in byte p's high nibble; int5 adds 16 where bit l of bytes 32-39 is set.
+template <int Bits>
+inline int quad_code(const uint8_t* c, int lane) {
+  const int nibble = lane < 32 ? c[lane] & 15 : c[lane - 32] >> 4;
+  return Bits == 5 ? nibble | (((c[32 + lane / 8] >> (lane % 8)) & 1) << 4) : nibble;
+}
+// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each for int4, 40 for int5) of
+// w[j][k] x_i[k]
+template <int MT, int Bits>
+inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  constexpr int kQuad = Bits == 5 ? 40 : 32;
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
     for (int kq = 0; kq < 8; ++kq) {
-      const uint8_t* c = codes + 32 * kq;
       const int8_t* xi = x + i * k_stride + 4 * kq;
-      for (int p = 0; p < 32; ++p) {
-        ip[i].v[p / 4] += (c[p] & 15) * xi[p % 4];
-        ip[i].v[8 + p / 4] += (c[p] >> 4) * xi[p % 4];
-      }
+      for (int lane = 0; lane < 64; ++lane) ip[i].v[lane / 4] += quad_code<Bits>(codes + kQuad * kq, lane) * xi[lane % 4];
     }
   }
 }
-// int5: the int4 codes plus 16 where the k-quad's fifth bit (bytes 32-39, bit l for lane l) is set
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes_group<MT, 4>(codes, x, k_stride, ip);
+}
 template <int MT>
 inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  for (int i = 0; i < MT; ++i) {
-    ip[i] = I16{};
-    for (int kq = 0; kq < 8; ++kq) {
-      const uint8_t* c = codes + 40 * kq;
-      const int8_t* xi = x + i * k_stride + 4 * kq;
-      auto fifth = [&](int lane) { return ((c[32 + lane / 8] >> (lane % 8)) & 1) << 4; };
-      for (int p = 0; p < 32; ++p) {
-        ip[i].v[p / 4] += ((c[p] & 15) | fifth(p)) * xi[p % 4];
-        ip[i].v[8 + p / 4] += ((c[p] >> 4) | fifth(32 + p)) * xi[p % 4];
-      }
-    }
-  }
+  dot_codes_group<MT, 5>(codes, x, k_stride, ip);
 }
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
