@@ -32,8 +32,9 @@ def open_model(model: str | None) -> GGUFModel | HFModel:
 
 def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None = None,
                progress: bool = True, quant_blocks: bool = False) -> LlamaForCausalLM:
-    """``quant_blocks``: a GGUF file's quantized weights load as int4 / int5 / int8 blocks (gguf_blocks.py; quantize_model
-    then keeps them as they are, or requantizes them to the width asked for), not as dense float weights."""
+    """``quant_blocks``: a GGUF file's quantized weights load as int4 / int5 / int8 blocks (gguf_blocks.py;
+    quantize_model then keeps them as they are, or requantizes them to the width asked for), not as dense float
+    weights."""
     cfg = files.config
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(cfg, tp)
