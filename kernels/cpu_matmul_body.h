@@ -6,7 +6,7 @@
 // depends on the other rows of x.
 
 constexpr int kBlock = 64;
-constexpr int kPrefetch = 8;   // groups of 32 ahead (256 bytes of int4 codes each)
+constexpr int kPrefetch = 8;   // groups of 32 ahead (256 bytes of int4 codes each, 320 of int5)
 constexpr int kPrefetch8 = 4;  // int8 blocks of 64 ahead (1 KB each)
 
 // x rows [r0, r1), blocks [b0, b1) of each, quantized per 64-block (a block's result depends on nothing
@@ -47,8 +47,8 @@ void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, c
 // minimums' mn_g t_g. Without stored minimums (mn null: GGUF's Q4_0, w = d (q - 8)) mn_g is -8 d_g, exactly
 // what a stored one would hold, so the result is the same bits either way (int5 always stores them).
 template <int MT, int Bits, typename T>
-void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
-               const QuantizedX& xq, int64_t m0, T* y) {
+void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
+                 const QuantizedX& xq, int64_t m0, T* y) {
   constexpr int64_t kQuad = Bits == 5 ? 40 : 32, kGroupBytes = 8 * kQuad;  // code bytes per k-quad, per group
   const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
   const uint8_t* wt = codes + tile * (k / 4) * kQuad;
@@ -60,7 +60,9 @@ void int4_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int6
   prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
   if (mn != nullptr) prefetch(mn + (tile + 1) * g_count * 16);
   for (int64_t b = 0; b < nb; ++b) {
-    for (int line = 0; line < 2 * kGroupBytes / 64; ++line) prefetch(wt + (2 * b + kPrefetch) * kGroupBytes + 64 * line);
+    for (int line = 0; line < 2 * kGroupBytes / 64; ++line) {
+      prefetch(wt + (2 * b + kPrefetch) * kGroupBytes + 64 * line);
+    }
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
       I16 ip[MT];
@@ -131,7 +133,7 @@ template <typename T>
 void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
                 const QuantizedX& xq, int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    int4_tile<decltype(mt)::value, 4>(codes, d, mn, n, t, xq, m0, y);
+    nibble_tile<decltype(mt)::value, 4>(codes, d, mn, n, t, xq, m0, y);
   });
 }
 
@@ -141,7 +143,7 @@ template <typename T>
 void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
                 const QuantizedX& xq, int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    int4_tile<decltype(mt)::value, 5>(codes, d, mn, n, t, xq, m0, y);
+    nibble_tile<decltype(mt)::value, 5>(codes, d, mn, n, t, xq, m0, y);
   });
 }
 

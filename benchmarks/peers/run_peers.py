@@ -64,21 +64,21 @@ BASE = {"model": "default", "num_prompts": 32, "input_len": 200, "output_len": 6
 
 def command(system: str, port: int, peers: str, radixlm_flags: list[str], model: str | None) -> list[str] | None:
     """The server command line of ``system`` on ``model`` (None: the embedded SmolLM2), or None if not set up."""
-    gguf = model or smollm_path()
+    path = model or smollm_path()
     if system.startswith("radixlm"):  # radixlm: plain `radixlm serve` (the defaults); radixlm-compiled: with
         extra = ["--no-deterministic", "--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
         chosen = ["--model", model] if model else []
         return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *chosen, *radixlm_flags, *extra]
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")
-        return [py, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1", "--port", str(port),
+        return [py, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1", "--port", str(port),
                 "--n_ctx", "8192", "--n_threads", str(os.cpu_count()), "--model_alias", "default",
                 "--interrupt_requests", "False"] \
             if os.path.exists(py) else None
     if system.startswith("llamaserver"):  # llama.cpp's own C++ server: 8 parallel slots, or 1 ("llamaserver1")
         exe = os.path.join(peers, "llama-server")
         slots = "1" if system == "llamaserver1" else "8"
-        return [exe, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
+        return [exe, "-m", path, "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
                 "-np", slots, "-c", str(2048 * int(slots)), "-a", "default"] if os.path.exists(exe) else None
     exe = os.path.join(peers, "vllm", "bin", "vllm")
     return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1", "--port", str(port),

@@ -8,8 +8,8 @@ output for a request does not depend on the requests batched with it, nor on whe
 the cache.
 
 It takes models whose linear layers all run on radixlm's matmul kernels (int4, int5 and int8, each matrix its
-own, or the dense bfloat16 tiles) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every
-batch then.
+own, or the dense bfloat16 tiles) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses
+it for every batch then.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """GGUF files: metadata -> ModelConfig, tensors -> HF-named float weights (dequantized by the `gguf` package) or
-the quantized ones as int4 / int8 blocks (gguf_blocks.py)."""
+the quantized ones as int4 / int5 / int8 blocks (gguf_blocks.py)."""
 
 from __future__ import annotations
 

@@ -247,8 +247,8 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def quantize_model(model: torch.nn.Module, kind: str, keep_dense: bool, isa: int | None = None,
                    deterministic: bool = True) -> None:
     """Quantize every layer that knows how (linear layers: ``kind``, or with ``mixed`` a GGUF file's blocks at
-    their own width; embedding / LM head: int8, or int4 if the file holds it so), in place. ``none``: dense weights, which on radixlm's kernels (``isa``) go into the
-    dense kernel's tiles: always in bfloat16 (faster than torch's bf16 matmul), in float32 when
+    their own width; embedding / LM head: int8, or int4 if the file holds it so), in place. ``none``: dense
+    weights, which on radixlm's kernels (``isa``) go into the dense kernel's tiles: always in bfloat16 (faster than torch's bf16 matmul), in float32 when
     ``deterministic`` (its results do not depend on the batch, unlike torch's matmul)."""
     if kind not in QUANT_KINDS:
         raise ValueError(f"quantization must be one of {QUANT_KINDS}, got {kind!r}")
