@@ -6,9 +6,9 @@
 // cpu_rope_body.h. Python reference: runtime/model/llama.py (the same math with torch's ops).
 //
 // Weights: 15 per layer, norm1 [H], qkv (data, scales, mins), qkv bias (or empty), o (3), norm2 [H],
-// gate_up (3), down (3) in cpu_matmul's int4 (uint8 codes, d, mn or empty), int5 (uint8 codes, d, mn), int8
-// (int8 q, d, unused) or dense (float tiles, unused, unused) layouts, each matrix its own (int4, int5 and int8
-// mix: a Q4_K_M file's), but all quantized or all dense; k_caches, v_caches the layers' head-major pools
+// gate_up (3), down (3) in cpu_matmul's int4 (uint8 codes, d, mn or empty), int5 (uint8 codes, d, mn), int6
+// (uint8 codes, d, unused), int8 (int8 q, d, unused) or dense (float tiles, unused, unused) layouts, each matrix its
+// own (a Q4_K_M file mixes them), but all quantized or all dense; k_caches, v_caches the layers' head-major pools
 // [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
 // residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens.
 // Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
@@ -81,9 +81,13 @@ struct LayerWeights {
   QuantWeightRef qkv, o, gate_up, down;
 };
 
-// A matrix's bits from its data: uint8 int4 codes (32 bytes a k-quad) or int5 codes (40), int8 codes, else dense.
+// A matrix's bits from its data: uint8 int4 codes (32 bytes a k-quad), int5 codes (40) or int6 sub-blocks (208),
+// int8 codes, else dense.
 int64_t weight_bits(const at::Tensor& data) {
-  if (data.scalar_type() == at::kByte) return data.dim() == 3 && data.size(2) == 40 ? 5 : 4;
+  if (data.scalar_type() == at::kByte) {
+    const int64_t last = data.dim() == 3 ? data.size(2) : 0;
+    return last == 40 ? 5 : last == 208 ? 6 : 4;
+  }
   return data.scalar_type() == at::kChar ? 8 : 16;
 }
 
@@ -98,7 +102,7 @@ void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType 
                          int64_t d, bool dense) {
   for (const QuantWeightRef* wt : {&lw.qkv, &lw.o, &lw.gate_up, &lw.down}) {
     check_weight(*wt);
-    TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int4 / int5 / int8) or all dense");
+    TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int4 / int5 / int6 / int8) or all dense");
     TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
   }
   TORCH_CHECK(lw.norm1.sizes() == lw.norm2.sizes() && lw.norm1.numel() == hidden && lw.norm1.scalar_type() == dtype,

@@ -1,4 +1,4 @@
-// Weight-only int4 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
+// Weight-only int4 / int5 / int6 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
 // y [M, N] in x's dtype. Torch references: cpu_matmul.py. The bodies are in cpu_matmul_body.h, compiled
 // once per instruction set; these are the ops, their checks and the threading.
 //
@@ -16,6 +16,9 @@
 // int5: the int4 codes' nibbles [N/16, K/4, 40]: per k-quad int4's 32 bytes, then 8 bytes of fifth bits (bit l of
 //   lane l in int4's byte order: rows 0-7 then 8-15), w = d * q + mn, q in [0, 31] (GGUF's Q5_0, Q5_1, Q5_K);
 //   mn is always stored.
+// int6: w = d * sc_j * (q - 32), q in [0, 63] (GGUF's Q6_K): codes uint8 [N/16, K/16, 208], per sub-block of 16
+//   along K 4 k-quads of 48 bytes (int4's 32, then 16 bytes of high bits: lane l's two at bits 2 (l / 16) of byte
+//   l % 16) and the 16 rows' int8 sub-block scales sc_j; d float16 [N/16, K/256, 16] per super-block of 256.
 // int8: w = d * q per group of 32 along K (GGUF's Q8_0), q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k),
 //   d float16 [N/16, K/32, 16] (as int4's).
 // dense: w [N/16, K, 16] in bfloat16 or float32, k-major inside a tile; x is widened to float32.
@@ -59,6 +62,12 @@ void check_weight(const QuantWeightRef& w) {
                 w.mins.sizes() == w.scales.sizes() && w.mins.scalar_type() == at::kHalf &&
                 w.data.numel() * 8 == w.n() * w.k() * 5 && w.data.is_contiguous() && w.scales.is_contiguous() &&
                 w.mins.is_contiguous(), "int5 weight: uint8 codes [N / 16, K / 4, 40] with float16 scales and minimums");
+  } else if (w.bits == 6) {
+    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == 208 &&
+                w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.scales.size(0) == w.data.size(0) &&
+                w.scales.size(1) * 16 == w.data.size(1) && w.scales.size(2) == 16 && w.data.is_contiguous() &&
+                w.scales.is_contiguous(),
+                "int6 weight: uint8 codes [N / 16, K / 16, 208] with float16 scales [N / 16, K / 256, 16]");
   } else if (w.bits == 4) {
     const bool mins = w.mins.defined() && w.mins.numel() > 0;
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf &&
@@ -78,7 +87,7 @@ void check_weight(const QuantWeightRef& w) {
 }
 
 int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
-int64_t QuantWeightRef::k() const { return bits == 16 ? data.size(1) : scales.size(1) * 32; }
+int64_t QuantWeightRef::k() const { return bits == 16 ? data.size(1) : bits == 6 ? data.size(1) * 16 : scales.size(1) * 32; }
 
 void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa) {
   dispatch_float_bf16(x, [&](auto* tag) {
@@ -103,6 +112,9 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
     } else if (w.bits == 5) {
       RADIXLM_ISA_CALL(isa, int5_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
                        w.mins.data_ptr<at::Half>(), n, t0, t1, a.q, m, out);
+    } else if (w.bits == 6) {
+      RADIXLM_ISA_CALL(isa, int6_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
+                       out);
     } else if (w.bits == 8) {
       RADIXLM_ISA_CALL(isa, int8_tiles<T>, w.data.data_ptr<int8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
                        out);
@@ -120,6 +132,10 @@ at::Tensor int5_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return linear(x, QuantWeightRef{5, w, d, mn}, isa);
 }
 
+at::Tensor int6_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa) {
+  return linear(x, QuantWeightRef{6, w, d, at::Tensor()}, isa);
+}
+
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa) {
   return linear(x, QuantWeightRef{8, w, d, at::Tensor()}, isa);
 }
@@ -134,6 +150,7 @@ TORCH_LIBRARY(radixlm_cpu, m) {
   m.def("isa_supported(int isa) -> bool", [](int64_t isa) { return radixlm_cpu::isa_supported(isa); });
   m.def("int4_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
   m.def("int5_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
+  m.def("int6_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
 }
@@ -141,6 +158,7 @@ TORCH_LIBRARY(radixlm_cpu, m) {
 TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
   m.impl("int4_linear", &radixlm_cpu::int4_linear);
   m.impl("int5_linear", &radixlm_cpu::int5_linear);
+  m.impl("int6_linear", &radixlm_cpu::int6_linear);
   m.impl("int8_linear", &radixlm_cpu::int8_linear);
   m.impl("dense_linear", &radixlm_cpu::dense_linear);
 }

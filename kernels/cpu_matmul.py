@@ -1,4 +1,5 @@
-"""int4 / int8 weight-only and dense matmuls (cpu_matmul.cpp, every instruction set) beside their torch references.
+"""int4 / int5 / int6 / int8 weight-only and dense matmuls (cpu_matmul.cpp, every instruction set) beside their torch
+references.
 
 ``isa`` is the kernel path (``cpu_ext.resolve``); ``cpu_ext.available()`` builds and loads the kernels.
 
@@ -16,8 +17,9 @@ from radixlm.kernels.cpu_ext import available
 
 BLOCK = 64  # K must be a multiple of it
 GROUP = 32  # int4 / int8 scale group along K
-__all__ = ["available", "dense_linear", "int4_linear", "int5_linear", "int8_linear", "pack_dense", "pack_int4",
-           "pack_int5", "pack_int8"]
+SUB, SUPER = 16, 256  # int6 (GGUF's Q6_K): an int8 scale per 16 along K, a float16 one per 256
+__all__ = ["available", "dense_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear", "pack_dense",
+           "pack_int4", "pack_int5", "pack_int6", "pack_int8"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
@@ -28,6 +30,10 @@ def int4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch
 
 def int5_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, isa: int) -> torch.Tensor:
     return torch.ops.radixlm_cpu.int5_linear(x, codes, d, mn, isa)
+
+
+def int6_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int6_linear(x, codes, d, isa)
 
 
 def dense_linear(x: torch.Tensor, w: torch.Tensor, isa: int) -> torch.Tensor:
@@ -85,6 +91,60 @@ def dequantize_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> t
     """-> w [N, K] float32 = d * q + mn per group of 32."""
     q, d, mn = unpack_int5(codes, d, mn)
     return (q.float().view(q.shape[0], -1, GROUP) * d.float()[..., None] + mn.float()[..., None]).flatten(1)
+
+
+def pack_int6(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes q [N, K] in [0, 63], sc int8 [N, K / 16], d [N, K / 256] (w = d sc (q - 32), GGUF's Q6_K) -> the
+    kernel's (codes uint8 [N / 16, K / 16, 208], d float16 [N / 16, K / 256, 16]): per sub-block of 16 along K,
+    4 k-quads of pack_int4's 32 bytes of the low 4 bits then 16 bytes holding lane l's high two bits at bits
+    2 (l / 16) of byte l % 16, then the tile's 16 scales sc."""
+    n, k = q.shape
+    if k % SUPER:
+        raise ValueError(f"int6 weights need K divisible by {SUPER}, got [{n}, {k}]")
+    q = q.to(torch.uint8)
+    nibbles = pack_int4(q & 15, torch.zeros(n, k // GROUP), None)[0]  # [N / 16, K / 4, 32]
+    lanes = _tiles(q >> 4).reshape(n // 16, k // 4, 4, 16)  # lane 16 j + p at [.., j, p]
+    high = (lanes << torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]).sum(2, dtype=torch.uint8)
+    quads = torch.cat((nibbles, high), dim=2).view(n // 16, k // SUB, 4 * 48)
+    scales = sc.to(torch.int8).view(n // 16, 16, k // SUB).transpose(1, 2).contiguous().view(torch.uint8)
+    return torch.cat((quads, scales), dim=2).contiguous(), _pack_scales(d)
+
+
+def unpack_int6(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The inverse of pack_int6 -> (q uint8 [N, K], sc int8 [N, K / 16], d float16 [N, K / 256])."""
+    nt, subs = codes.shape[:2]
+    quads = codes[:, :, :192].reshape(nt, subs * 4, 48)
+    low = unpack_int4(quads[:, :, :32].contiguous(), torch.zeros(nt, subs * 4 // 8, 16), None)[0]
+    lanes = (quads[:, :, 32:, None] >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)) & 3  # [.., p, j]
+    high = _untile(lanes.transpose(2, 3).reshape(nt, subs * 4, 16, 4))
+    sc = codes[:, :, 192:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, subs)
+    return low | (high << 4), sc, _unpack_scales(d)
+
+
+def dequantize_int6(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """-> w [N, K] float32 = d sc (q - 32)."""
+    q, sc, d = unpack_int6(codes, d)
+    n, k = q.shape
+    w = (q.float() - 32).view(n, k // SUPER, SUPER // SUB, SUB) * sc.float().view(n, k // SUPER, -1, 1)
+    return (w * d.float()[..., None, None]).view(n, k)
+
+
+def int6_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rows ``ids`` [T] of an int6 weight -> float32 [T, K] (an embedding lookup): row r of a tile is lane 4 (r % 16)
+    + k % 4 of each k-quad, its nibble in byte 4 (r % 8) + k % 4 (high nibble for r >= 8), its high bits in byte
+    32 + lane % 16 at bit 2 (r // 4)."""
+    tile, r = ids // 16, ids % 16
+    t, subs = ids.shape[0], codes.shape[1]
+    quads = codes[tile, :, :192].view(t, subs * 4, 48)  # [T, K / 4, 48]
+    kk = torch.arange(4)
+    nib = quads.gather(2, (4 * (r % 8))[:, None, None] + kk.expand(t, subs * 4, 4))
+    nib = (nib >> (4 * (r >= 8)).to(torch.uint8)[:, None, None]) & 15
+    hi = quads.gather(2, 32 + ((4 * r)[:, None, None] + kk) % 16 + torch.zeros(t, subs * 4, 4, dtype=torch.long))
+    hi = (hi >> (2 * (r // 4)).to(torch.uint8)[:, None, None]) & 3
+    q = (nib | (hi << 4)).view(t, subs, SUB).float() - 32
+    sc = codes[tile, :, 192:].contiguous().view(torch.int8)[torch.arange(t), :, r].float()  # [T, K / 16]
+    w = (q * sc[..., None]).view(t, -1, SUPER) * d[tile, :, r].float()[..., None]
+    return w.view(t, -1)
 
 
 def _pack_scales(v: torch.Tensor) -> torch.Tensor:
@@ -161,6 +221,10 @@ def int4_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn:
 
 def int5_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
     return (quantize_x_torch(x) @ dequantize_int5(codes, d, mn).t()).to(x.dtype)
+
+
+def int6_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    return (quantize_x_torch(x) @ dequantize_int6(codes, d).t()).to(x.dtype)
 
 
 def int8_linear_torch(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
-// The matmul kernels, int4 / int8 weight-only and dense (bfloat16 or float32 weights), written once against
-// the vector layer (compiled per instruction set by cpu_foreach_isa.h; the ops and layouts: cpu_matmul.cpp).
+// The matmul kernels, int4 / int5 / int6 / int8 weight-only and dense (bfloat16 or float32 weights), written once
+// against the vector layer (compiled per instruction set by cpu_foreach_isa.h; the ops and layouts: cpu_matmul.cpp).
 //
 // Batch invariance: a row of y is computed by the same operations in the same order whichever tile size
 // (MT rows) and batch it comes in, and activation quantization is per row, so a row's result never
@@ -11,7 +11,7 @@ constexpr int kPrefetch8 = 4;  // int8 blocks of 64 ahead (1 KB each)
 
 // x rows [r0, r1), blocks [b0, b1) of each, quantized per 64-block (a block's result depends on nothing
 // else): q int8, a = max|x| / 127 per block, s = sum(q) per group of 32, t = a * s per group (int4's minimum
-// term).
+// term), s16 = sum(q) per 16 (int6's offset term).
 template <typename T>
 void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, const QuantizedX& out) {
   const int64_t k = out.k, nb = out.nb;
@@ -31,7 +31,10 @@ void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, c
       for (int j = 0; j < 4; ++j) iv[j] = round_to_int(mul(v[j], inv));
       int8_t* dst = out.q + i * k + b * kBlock;
       for (int j = 0; j < 4; ++j) store_int8(dst + 16 * j, iv[j]);
-      const int32_t s0 = isum(iv[0]) + isum(iv[1]), s1 = isum(iv[2]) + isum(iv[3]);
+      int32_t s4[4];
+      for (int j = 0; j < 4; ++j) s4[j] = isum(iv[j]);
+      const int32_t s0 = s4[0] + s4[1], s1 = s4[2] + s4[3];
+      for (int j = 0; j < 4; ++j) out.s16[(i * nb + b) * 4 + j] = s4[j];
       const int64_t g = (i * nb + b) * 2;
       out.s[g] = s0;
       out.s[g + 1] = s1;
@@ -115,6 +118,41 @@ void int8_tile(const int8_t* q, const at::Half* d, int64_t n, int64_t tile, cons
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
 
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int6 weights (GGUF's Q6_K): w = d sc_j (q - 32), q in [0, 63],
+// sc_j int8 per sub-block of 16 along K, d float16 per 256. Per 64-block of K (one activation scale a) the four
+// sub-blocks' exact int32 sum of sc_j (ip_j - 32 s16_j), then times d a: Q6_K's own arithmetic, no rounding of
+// d sc_j. codes [N / 16, K / 16, 208]: per sub-block 4 k-quads of 48 bytes (int4's 32 bytes of nibbles, then 16
+// of high bits: lane l's two at bits 2 (l / 16) of byte l % 16), then the 16 rows' sc_j.
+constexpr int64_t kSubBytes = 4 * 48 + 16;
+template <int MT, typename T>
+void int6_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0,
+               T* y) {
+  const int64_t k = xq.k, nb = xq.nb;
+  const uint8_t* wt = codes + tile * (k / 16) * kSubBytes;
+  const at::Half* dt = d + tile * (k / 256) * 16;
+  const int8_t* xs = xq.q + m0 * k;
+  F16 acc[MT];
+  for (int i = 0; i < MT; ++i) acc[i] = fzero();
+  prefetch(d + (tile + 1) * (k / 256) * 16);  // the next tile's scales, read soon after this one
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int line = 0; line < 4 * kSubBytes / 64; ++line) prefetch(wt + (4 * b + 8) * kSubBytes + 64 * line);
+    I16 sum[MT];
+    for (int i = 0; i < MT; ++i) sum[i] = izero();
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t* sub = wt + (4 * b + j) * kSubBytes;
+      I16 ip[MT];
+      dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + 4 * 48));
+      for (int i = 0; i < MT; ++i) {
+        sum[i] = imadd(isub_scalar(ip[i], 32 * xq.s16[((m0 + i) * nb + b) * 4 + j]), sc, sum[i]);
+      }
+    }
+    const F16 db = fload(dt + (b / 4) * 16);
+    for (int i = 0; i < MT; ++i) acc[i] = fmadd(mul(to_float(sum[i]), db), fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
+  }
+  for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
+}
+
 // tile_fn(MT, tile, m0) over tiles [t0, t1) and x's rows in runs of kMaxRows, then halving.
 template <typename TileFn>
 void for_row_runs(int64_t m, int64_t t0, int64_t t1, const TileFn& tile_fn) {
@@ -145,6 +183,12 @@ void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
     nibble_tile<decltype(mt)::value, 5>(codes, d, mn, n, t, xq, m0, y);
   });
+}
+
+template <typename T>
+void int6_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
+                int64_t m, T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int6_tile<decltype(mt)::value>(codes, d, n, t, xq, m0, y); });
 }
 
 template <typename T>

@@ -105,14 +105,15 @@ std::vector<T> random_rows(int64_t n, float scale) {
   return v;
 }
 
-// x [M, K] quantized, then int4 (with and without minimums), int5 and int8 tiles; M covers every row run
+// x [M, K] quantized, then int4 (with and without minimums), int5, int6 and int8 tiles; M covers every row run
 template <typename T>
 void check_matmuls(int64_t m, const char* dtype) {
   const int64_t k = 256, n = 48, nb = k / 64;
   const std::vector<T> x = random_rows<T>(m * k, 2.f);
-  std::vector<uint8_t> codes(n / 16 * (k / 4) * 32), codes5(n / 16 * (k / 4) * 40);
-  for (auto& c : codes) c = static_cast<uint8_t>(next_u32());
-  for (auto& c : codes5) c = static_cast<uint8_t>(next_u32());
+  std::vector<uint8_t> codes(n / 16 * (k / 4) * 32), codes5(n / 16 * (k / 4) * 40), codes6(n / 16 * (k / 16) * 208);
+  for (auto* c : {&codes, &codes5, &codes6}) {
+    for (auto& b : *c) b = static_cast<uint8_t>(next_u32());
+  }
   std::vector<at::Half> d(n * k / 32), mn(n * k / 32);
   for (auto& h : d) h.x = half_bits(uniform(0.01f, 0.1f));
   for (auto& h : mn) h.x = half_bits(uniform(-0.5f, -0.01f));
@@ -120,31 +121,30 @@ void check_matmuls(int64_t m, const char* dtype) {
   for (auto& q : q8) q = static_cast<int8_t>(static_cast<int>(next_u32() % 255) - 127);
   std::vector<at::Half> d8(n * k / 32);
   for (auto& h : d8) h.x = half_bits(uniform(0.001f, 0.01f));
-  auto run = [&](auto quantize, auto int4, auto int5, auto int8, std::vector<int8_t>& xq_q, std::vector<T>& y4,
-                 std::vector<T>& y4n, std::vector<T>& y5, std::vector<T>& y8) {
+  auto run = [&](auto quantize, auto int4, auto int5, auto int6, auto int8, std::vector<int8_t>& xq_q,
+                 std::vector<std::vector<T>>& y) {
     std::vector<float> a(m * nb), t(m * nb * 2);
-    std::vector<int32_t> s(m * nb * 2);
+    std::vector<int32_t> s(m * nb * 2), s16(m * nb * 4);
     xq_q.assign(m * k, 0);
-    const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), k, nb};
+    const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb};
     quantize(x.data(), 0, m, 0, nb, xq);
-    y4.assign(m * n, T{}), y4n.assign(m * n, T{}), y5.assign(m * n, T{}), y8.assign(m * n, T{});
-    int4(codes.data(), d.data(), mn.data(), n, 0, n / 16, xq, m, y4.data());
-    int4(codes.data(), d.data(), nullptr, n, 0, n / 16, xq, m, y4n.data());
-    int5(codes5.data(), d.data(), mn.data(), n, 0, n / 16, xq, m, y5.data());
-    int8(q8.data(), d8.data(), n, 0, n / 16, xq, m, y8.data());
+    y.assign(5, std::vector<T>(m * n));
+    int4(codes.data(), d.data(), mn.data(), n, 0, n / 16, xq, m, y[0].data());
+    int4(codes.data(), d.data(), nullptr, n, 0, n / 16, xq, m, y[1].data());
+    int5(codes5.data(), d.data(), mn.data(), n, 0, n / 16, xq, m, y[2].data());
+    int6(codes6.data(), d8.data(), n, 0, n / 16, xq, m, y[3].data());  // d8's first K / 256 per row as d
+    int8(q8.data(), d8.data(), n, 0, n / 16, xq, m, y[4].data());
   };
   std::vector<int8_t> pq, nq;
-  std::vector<T> p4, p4n, p5, p8, n4, n4n, n5, n8;
+  std::vector<std::vector<T>> p, o;
   run(radixlm_portable::quantize_rows<T>, radixlm_portable::int4_tiles<T>, radixlm_portable::int5_tiles<T>,
-      radixlm_portable::int8_tiles<T>, pq, p4, p4n, p5, p8);
+      radixlm_portable::int6_tiles<T>, radixlm_portable::int8_tiles<T>, pq, p);
   run(radixlm_path::quantize_rows<T>, radixlm_path::int4_tiles<T>, radixlm_path::int5_tiles<T>,
-      radixlm_path::int8_tiles<T>, nq, n4, n4n, n5, n8);
+      radixlm_path::int6_tiles<T>, radixlm_path::int8_tiles<T>, nq, o);
   const std::string tag = std::string(dtype) + " M=" + std::to_string(m);
   expect_same(("quantize x " + tag).c_str(), pq, nq);
-  expect_same(("int4 matmul " + tag).c_str(), p4, n4);
-  expect_same(("int4 matmul, no minimums " + tag).c_str(), p4n, n4n);
-  expect_same(("int5 matmul " + tag).c_str(), p5, n5);
-  expect_same(("int8 matmul " + tag).c_str(), p8, n8);
+  const char* names[5] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul "};
+  for (int w = 0; w < 5; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
 }
 
 // one extend task (n tokens x G heads) over scattered slots of a head-major pool, D = 64

@@ -7,29 +7,34 @@
 
 namespace radixlm_cpu {
 
-// x quantized per 64-block for the int4 / int8 matmuls: q [M, K] int8, a [M, K / 64] (the block's scale),
-// s (int32) and t = a * s (float) [M, K / 32] per group of 32. A view of memory its owner keeps.
+// x quantized per 64-block for the int4 / int5 / int6 / int8 matmuls: q [M, K] int8, a [M, K / 64] (the block's
+// scale), s (int32) and t = a * s (float) [M, K / 32] per group of 32, s16 (int32) [M, K / 16] per 16 (int6's
+// sub-blocks). A view of memory its owner keeps.
 struct QuantizedX {
   int8_t* q;
   float* a;
   float* t;
   int32_t* s;
+  int32_t* s16;
   int64_t k, nb;
 
   // bytes of the buffers for m rows of k columns (each 64-byte aligned), and a view of them at base
-  static int64_t bytes(int64_t m, int64_t k) { return aligned(m * k) + aligned(m * k / 64 * 4) + 2 * aligned(m * k / 32 * 4); }
+  static int64_t bytes(int64_t m, int64_t k) {
+    return aligned(m * k) + aligned(m * k / 64 * 4) + 2 * aligned(m * k / 32 * 4) + aligned(m * k / 16 * 4);
+  }
   static QuantizedX at(void* base, int64_t m, int64_t k) {
     char* p = static_cast<char*>(base);
     int8_t* q = reinterpret_cast<int8_t*>(p);
     float* a = reinterpret_cast<float*>(p += aligned(m * k));
     float* t = reinterpret_cast<float*>(p += aligned(m * k / 64 * 4));
-    int32_t* s = reinterpret_cast<int32_t*>(p + aligned(m * k / 32 * 4));
-    return {q, a, t, s, k, k / 64};
+    int32_t* s = reinterpret_cast<int32_t*>(p += aligned(m * k / 32 * 4));
+    int32_t* s16 = reinterpret_cast<int32_t*>(p + aligned(m * k / 32 * 4));
+    return {q, a, t, s, s16, k, k / 64};
   }
   static int64_t aligned(int64_t n) { return (n + 63) / 64 * 64; }
 };
 
-// One matmul's input prepared for its weight: int8 blocks (int4 / int8 weights) or float32 rows xf [M, K]
+// One matmul's input prepared for its weight: int8 blocks (quantized weights) or float32 rows xf [M, K]
 // (dense weights). A view of memory its owner keeps (64-byte aligned from `at`).
 struct Activations {
   QuantizedX q;
@@ -40,7 +45,7 @@ struct Activations {
   }
   static Activations at(void* memory, int64_t m, int64_t k, int64_t bits) {
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(memory) + 63) / 64 * 64);
-    if (bits == 16) return {QuantizedX{nullptr, nullptr, nullptr, nullptr, k, k / 64}, reinterpret_cast<float*>(base)};
+    if (bits == 16) return {QuantizedX{nullptr, nullptr, nullptr, nullptr, nullptr, k, k / 64}, reinterpret_cast<float*>(base)};
     return {QuantizedX::at(base, m, k), nullptr};
   }
 };

@@ -213,6 +213,50 @@ inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
+// int6's high bits at bits 4-5 (bytes 32-47 of a k-quad: lane l's two at bits 2 (l / 16) of byte l % 16): lanes
+// 0-31 from bits 0-1 / 2-3 (shift left 4 / 2), lanes 32-63 from bits 4-5 / 6-7 (0 / right 2), within each byte
+inline void int6_high(const uint8_t* p, __m256i* h_lo, __m256i* h_hi) {
+  const __m256i high = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32)));
+  const __m256i mask = _mm256_set1_epi8(0x30);
+  *h_lo = _mm256_and_si256(_mm256_sllv_epi32(high, _mm256_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2)), mask);
+  *h_hi = _mm256_and_si256(_mm256_srlv_epi32(high, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), mask);
+}
+// ip[i]_j = sum over one sub-block of 16 k (4 k-quads of int6 codes, 48 bytes each) of w[j][k] x_i[k]. Without
+// VNNI, maddubs' int16 pairs (at most 2 * 63 * 127) are summed over 2 k-quads (32,004) before widening.
+template <int MT>
+inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int half = 0; half < 2; ++half) {
+    __m256i lo[MT], hi[MT];
+    for (int i = 0; i < MT; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int kq = 2 * half; kq < 2 * half + 2; ++kq) {
+      const uint8_t* quad = codes + 48 * kq;
+      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
+      __m256i h_lo, h_hi;
+      int6_high(quad, &h_lo, &h_hi);
+      const __m256i c_lo = _mm256_or_si256(_mm256_and_si256(packed, low), h_lo);
+      const __m256i c_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), h_hi);
+      for (int i = 0; i < MT; ++i) {
+        const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+        lo[i] = acc_codes(lo[i], c_lo, xb);
+        hi[i] = acc_codes(hi[i], c_hi, xb);
+      }
+    }
+    for (int i = 0; i < MT; ++i) {
+      ip[i].lo = _mm256_add_epi32(ip[i].lo, acc_int32(lo[i]));
+      ip[i].hi = _mm256_add_epi32(ip[i].hi, acc_int32(hi[i]));
+    }
+  }
+}
+inline I16 widen_int8(const int8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return {_mm256_cvtepi8_epi32(v), _mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))};
+}
+inline I16 imadd(I16 a, I16 b, I16 c) {  // a b + c
+  return {_mm256_add_epi32(_mm256_mullo_epi32(a.lo, b.lo), c.lo), _mm256_add_epi32(_mm256_mullo_epi32(a.hi, b.hi), c.hi)};
+}
 #ifdef RADIXLM_DPBUSD256
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
 // multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group

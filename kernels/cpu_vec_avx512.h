@@ -130,6 +130,29 @@ inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
+// int6: a k-quad's nibbles as int4_quad's, plus its high bits (bytes 32-47: lane l's two at bits 2 (l / 16) of
+// byte l % 16) at bits 4-5; 128-bit lane j of the broadcast holds lanes 16 j.. so shifts by 4, 2, 0, -2 bring
+// them there (within each byte: 32-bit shifts move no bits 4-5 across bytes)
+inline __m512i int6_quad(const uint8_t* p) {
+  const __m512i high = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32)));
+  const __m512i up = _mm512_sllv_epi32(high, _mm512_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0));
+  const __m512i down = _mm512_srlv_epi32(up, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2));
+  return _mm512_or_si512(int4_quad(p), _mm512_and_si512(down, _mm512_set1_epi8(0x30)));
+}
+// ip[i]_j = sum over one sub-block of 16 k (4 k-quads of int6 codes, 48 bytes each) of w[j][k] x_i[k]
+template <int MT>
+inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+#pragma GCC unroll 4
+  for (int kq = 0; kq < 4; ++kq) {
+    const __m512i wq = int6_quad(codes + 48 * kq);
+    for (int i = 0; i < MT; ++i) {
+      ip[i].v = _mm512_dpbusd_epi32(ip[i].v, wq, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
+    }
+  }
+}
+inline I16 widen_int8(const int8_t* p) { return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
+inline I16 imadd(I16 a, I16 b, I16 c) { return {_mm512_add_epi32(_mm512_mullo_epi32(a.v, b.v), c.v)}; }  // a b + c
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
 // multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group
 constexpr int32_t kInt8Bias = 128;

@@ -196,6 +196,34 @@ inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
     }
   }
 }
+// ip[i]_j = sum over one sub-block of 16 k (4 k-quads of int6 codes, 48 bytes each) of w[j][k] x_i[k]: the int4
+// codes plus the high bits (bytes 32-47: lane l's two at bits 2 (l / 16) of byte l % 16) at bits 4-5
+template <int MT>
+inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  const uint8x16_t low = vdupq_n_u8(0x0F), mask = vdupq_n_u8(0x30);
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int kq = 0; kq < 4; ++kq) {
+    const uint8_t* quad = codes + 48 * kq;
+    const uint8x16_t c0 = vld1q_u8(quad), c1 = vld1q_u8(quad + 16), h = vld1q_u8(quad + 32);
+    const int8x16_t w[4] = {vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c0, low), vandq_u8(vshlq_n_u8(h, 4), mask))),
+                            vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c1, low), vandq_u8(vshlq_n_u8(h, 2), mask))),
+                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c0, 4), vandq_u8(h, mask))),
+                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c1, 4), vandq_u8(vshrq_n_u8(h, 2), mask)))};
+    for (int i = 0; i < MT; ++i) {
+      const int8x16_t xb = four_bytes(x + i * k_stride + 4 * kq);
+      for (int j = 0; j < 4; ++j) ip[i].q[j] = vdotq_s32(ip[i].q[j], w[j], xb);
+    }
+  }
+}
+inline I16 widen_int8(const int8_t* p) {
+  const int8x16_t v = vld1q_s8(p);
+  const int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_s8(vget_high_s8(v));
+  return {vmovl_s16(vget_low_s16(lo)), vmovl_s16(vget_high_s16(lo)), vmovl_s16(vget_low_s16(hi)), vmovl_s16(vget_high_s16(hi))};
+}
+inline I16 imadd(I16 a, I16 b, I16 c) {  // a b + c
+  return {vmlaq_s32(c.q[0], a.q[0], b.q[0]), vmlaq_s32(c.q[1], a.q[1], b.q[1]), vmlaq_s32(c.q[2], a.q[2], b.q[2]),
+          vmlaq_s32(c.q[3], a.q[3], b.q[3])};
+}
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
 template <int MT>

@@ -130,20 +130,21 @@ inline void store_int8(int8_t* p, I16 a) {
 }
 
 // Lane l's code in a k-quad: int4's 32 bytes hold lane l < 32 (row l / 4, k = l % 4) in byte l's low nibble
-// and lane 32 + p (row 8 + p / 4) in byte p's high nibble; int5 adds 16 where bit l of bytes 32-39 is set.
+// and lane 32 + p (row 8 + p / 4) in byte p's high nibble; int5 adds 16 where bit l of bytes 32-39 is set, int6
+// 16 times bits 2 (l / 16) .. + 1 of byte 32 + l % 16.
 template <int Bits>
 inline int quad_code(const uint8_t* c, int lane) {
   const int nibble = lane < 32 ? c[lane] & 15 : c[lane - 32] >> 4;
+  if (Bits == 6) return nibble | (((c[32 + lane % 16] >> (2 * (lane / 16))) & 3) << 4);
   return Bits == 5 ? nibble | (((c[32 + lane / 8] >> (lane % 8)) & 1) << 4) : nibble;
 }
-// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each for int4, 40 for int5) of
-// w[j][k] x_i[k]
-template <int MT, int Bits>
+// ip[i]_j = sum over Quads k-quads of codes (32 bytes each for int4, 40 for int5, 48 for int6) of w[j][k] x_i[k]
+template <int MT, int Bits, int Quads = 8>
 inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  constexpr int kQuad = Bits == 5 ? 40 : 32;
+  constexpr int kQuad = Bits == 6 ? 48 : Bits == 5 ? 40 : 32;
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
-    for (int kq = 0; kq < 8; ++kq) {
+    for (int kq = 0; kq < Quads; ++kq) {
       const int8_t* xi = x + i * k_stride + 4 * kq;
       for (int lane = 0; lane < 64; ++lane) ip[i].v[lane / 4] += quad_code<Bits>(codes + kQuad * kq, lane) * xi[lane % 4];
     }
@@ -156,6 +157,20 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
 template <int MT>
 inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes_group<MT, 5>(codes, x, k_stride, ip);
+}
+// one sub-block of 16 k (4 k-quads of int6 codes)
+template <int MT>
+inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes_group<MT, 6, 4>(codes, x, k_stride, ip);
+}
+inline I16 widen_int8(const int8_t* p) {
+  I16 r;
+  for (int i = 0; i < 16; ++i) r.v[i] = p[i];
+  return r;
+}
+inline I16 imadd(I16 a, I16 b, I16 c) {  // a b + c
+  for (int i = 0; i < 16; ++i) c.v[i] += a.v[i] * b.v[i];
+  return c;
 }
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;

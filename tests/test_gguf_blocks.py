@@ -1,6 +1,6 @@
-"""GGUF's quantized types as radixlm's int4 / int5 / int8 blocks (runtime/model/gguf_blocks.py), against the
-`gguf` package's own dequantization: exact types bit for bit, Q4_K and Q5_K up to float16 rounding of their
-scales, the rest within their requantization step; and a file that mixes widths (as Q4_K_M files do) runs
+"""GGUF's quantized types as radixlm's int4 / int5 / int6 / int8 blocks (runtime/model/gguf_blocks.py), against the
+`gguf` package's own dequantization: exact types bit for bit (Q6_K up to gguf's own float32 rounding), Q4_K and
+Q5_K up to float16 rounding of their scales, the rest within their requantization step; and a file that mixes widths (as Q4_K_M files do) runs
 each matrix at its own width, fused, close to its float weights."""
 
 from __future__ import annotations
@@ -63,7 +63,25 @@ def test_legacy_types_load_exactly(qtype, bits):
         assert torch.equal(blocks.to_bits(8).dequantize(), reference(raw, qtype, 32, 256))
 
 
-@pytest.mark.parametrize(("qtype", "bits"), [("Q6_K", 8), ("Q3_K", 4), ("Q2_K", 4), ("IQ4_NL", 4), ("IQ4_XS", 4)])
+def test_q6_k_loads_exactly_as_int6():
+    """w = d sc (q - 32): radixlm multiplies (q - 32) sc (exact) by d, one rounding; gguf rounds (d sc) (q - 32),
+    so the two agree to float32's last bit."""
+    raw = random_blocks("Q6_K", 32, 512, seed=7)
+    blocks, want = QuantBlocks.from_gguf(raw, "Q6_K", [32, 512]), reference(raw, "Q6_K", 32, 512)
+    assert blocks.bits == 6 and blocks.m is None and blocks.sub.dtype == torch.int8 and blocks.sub.shape == (32, 32)
+    assert blocks.d.shape == (32, 2) and int(blocks.q.max()) == 63 and int(blocks.q.min()) == 0
+    got = blocks.dequantize()
+    assert ((got - want).abs() <= want.abs() * 2**-23).all()
+    rows = torch.tensor([3, 0, 31])
+    assert torch.equal(blocks.take_rows(rows).dequantize(), got[rows])
+    eight = blocks.to_bits(8)  # an 8-bit form (a qkv stacked with 4-bit q and k): within half an int8 step
+    groups = got.view(32, 16, 32)
+    assert ((eight.dequantize() - got).view(32, 16, 32).abs().amax(-1) <= groups.abs().amax(-1) / 254 * 1.01).all()
+    with pytest.raises(ValueError, match="int6"):
+        QuantBlocks.from_float(got, 6)
+
+
+@pytest.mark.parametrize(("qtype", "bits"), [("Q3_K", 4), ("Q2_K", 4), ("IQ4_NL", 4), ("IQ4_XS", 4)])
 def test_other_types_requantize_at_their_width(qtype, bits):
     """Through their float32 values, per group of 32: within half a step of the width they load at (plus the
     float16 rounding of the group's scale and minimum)."""
@@ -79,21 +97,25 @@ def test_other_types_requantize_at_their_width(qtype, bits):
 
 def test_a_stack_of_widths_takes_the_widest_unless_told():
     four = QuantBlocks.from_gguf(random_blocks("Q4_K", 16, 256), "Q4_K", [16, 256])
-    eight = QuantBlocks.from_gguf(random_blocks("Q6_K", 16, 256, seed=3), "Q6_K", [16, 256])
-    both = QuantBlocks.stack([four, eight])
-    want = torch.cat([four.dequantize(), eight.dequantize()])
+    six = QuantBlocks.from_gguf(random_blocks("Q6_K", 16, 256, seed=3), "Q6_K", [16, 256])
+    both = QuantBlocks.stack([four, six])  # int6 is Q6_K's own form, which 4-bit codes do not fit: int8
+    want = torch.cat([four.dequantize(), six.dequantize()])
     assert both.bits == 8 and both.shape == (32, 256)
     assert (both.dequantize() - want).abs().max() <= want.abs().max() / 254 * 1.01
-    assert QuantBlocks.stack([four, four]).bits == 4 and QuantBlocks.stack([four, eight], bits=4).bits == 4
+    assert QuantBlocks.stack([four, four]).bits == 4 and QuantBlocks.stack([four, six], bits=4).bits == 4
+    sixes = QuantBlocks.stack([six, six])
+    assert sixes.bits == 6 and torch.equal(sixes.dequantize(), torch.cat([six.dequantize()] * 2))
+    with pytest.raises(ValueError, match="int6"):
+        QuantBlocks.stack([four, six], bits=6)
     assert torch.equal(QuantBlocks.stack([four, four]).dequantize(), torch.cat([four.dequantize()] * 2))
     five = QuantBlocks.from_gguf(random_blocks("Q5_K", 16, 256, seed=5), "Q5_K", [16, 256])
     widened = QuantBlocks.stack([four, five])  # 4-bit codes are 5-bit codes: exact
     assert widened.bits == 5 and torch.equal(widened.dequantize(), torch.cat([four.dequantize(), five.dequantize()]))
 
 
-def write_mixed_file(path: str) -> None:
+def write_mixed_file(path: str, embedding: str = "Q8_0") -> None:
     """A 2-layer Llama (hidden 256, head dim 64) laid out as llama.cpp's Q4_K_M: Q4_K matrices, Q6_K for
-    layer 0's v and down (Q5_K in layer 1, as Q5_K_M files have), a Q8_0 embedding (tied)."""
+    layer 0's v and down (Q5_K in layer 1, as Q5_K_M files have), an ``embedding`` embedding (tied)."""
     hidden, inter, heads, kv, vocab = 256, 512, 4, 2, 320
     w = gguf.GGUFWriter(path, "llama")
     for add, value in [(w.add_context_length, 512), (w.add_embedding_length, hidden), (w.add_block_count, 2),
@@ -101,8 +123,9 @@ def write_mixed_file(path: str) -> None:
                        (w.add_layer_norm_rms_eps, 1e-5), (w.add_vocab_size, vocab)]:
         add(value)
     emb = torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(4)).numpy() * 0.05
-    w.add_tensor("token_embd.weight", gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0),
-                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    table = gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0) if embedding == "Q8_0" else \
+        random_blocks(embedding, vocab, hidden, 99, 1e-4)  # gguf cannot quantize to K-quants itself
+    w.add_tensor("token_embd.weight", table, raw_dtype=gguf.GGMLQuantizationType[embedding])
     w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
     shapes = {"attn_q": (hidden, hidden), "attn_k": (kv * 64, hidden), "attn_v": (kv * 64, hidden),
               "attn_output": (hidden, hidden), "ffn_gate": (inter, hidden), "ffn_up": (inter, hidden),
@@ -122,8 +145,8 @@ def write_mixed_file(path: str) -> None:
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
-    """auto -> mixed: int4 where the file has 4 bits, int5 where it has 5, int8 where it has 6 (a qkv widens with
-    its v); the fused layers run the mix and track the file's float32 weights run dense (mean prompt logprob
+    """auto -> mixed: int4 where the file has 4 bits, int5 where it has 5, int6 where it has Q6_K, int8 for a qkv
+    whose v is Q6_K and q, k Q4_K (it widens with its v); the fused layers run the mix and track the file's float32 weights run dense (mean prompt logprob
     error about 0.007 here, against about 0.05 with every matrix int4)."""
     path = str(tmp_path / "mixed.gguf")
     write_mixed_file(path)
@@ -134,8 +157,8 @@ def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
                               quantization=kind, max_total_tokens=1024)
     kinds = [[lin.quant.kind for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
                                          layer.mlp.down_proj)] for layer in mixed.model.layers]
-    assert kinds == [["int8", "int4", "int4", "int8"], ["int5", "int4", "int4", "int5"]]
-    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int5", "int8"}
+    assert kinds == [["int8", "int4", "int4", "int6"], ["int5", "int4", "int4", "int5"]]
+    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int5", "int6", "int8"}
     dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
                               max_total_tokens=1024)
     narrow = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
@@ -147,6 +170,26 @@ def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
     assert (got - layered).abs().max() < 0.02
     assert (got - want).abs().mean() < 0.03, (got - want).abs()
     assert (four - want).abs().mean() > 2 * (got - want).abs().mean()  # the 6-bit matrices' precision is kept
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_a_q6_k_embedding_stays_int6_for_lookup_and_lm_head(tmp_path):
+    """Q4_K_M files keep the (tied) embedding in Q6_K: mixed keeps it so, the lookup reads its rows exactly and the
+    LM head runs the int6 kernel; the answers match the same file run layer by layer and its float32 weights."""
+    path = str(tmp_path / "q6_embedding.gguf")
+    write_mixed_file(path, embedding="Q6_K")
+    files = GGUFModel(path)
+    mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
+                              quantization="mixed", max_total_tokens=1024)
+    table = mixed.model.embed_tokens
+    assert table.quant.kind == "int6" and table.weight is None
+    want_rows = QuantBlocks.from_gguf(files.header.data(files.header.tensors[0]), "Q6_K", [320, 256]).dequantize()
+    ids = torch.tensor([0, 17, 319, 160])
+    assert torch.equal(table(ids), want_rows[ids])
+    dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
+                              max_total_tokens=1024)
+    got, want = prompt_logprobs(mixed), prompt_logprobs(dense)
+    assert (got - want).abs().mean() < 0.03, (got - want).abs()
 
 
 def prompt_logprobs(e: Engine) -> torch.Tensor:

@@ -1,11 +1,12 @@
-"""A GGUF file's quantized matrices as the codes and scales radixlm's int4 / int5 / int8 kernels take
+"""A GGUF file's quantized matrices as the codes and scales radixlm's int4 / int5 / int6 / int8 kernels take
 (QuantBlocks).
 
 Every quantized GGUF type loads at the width closest to the file's: 4 bits or fewer -> int4 (w = d q + mn per
-group of 32, q in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), 6 to 8 bits -> int8 (w = d q, q in
-[-127, 127]). Exact where the type fits that form: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 bit for bit, Q4_K and Q5_K
-up to float16 rounding of their sub-block scale and minimum (d sc, dmin m); the other types (Q2_K, Q3_K, Q6_K,
-IQ4_*) through their float32 values, quantized per group of 32 (int4_codes / int8_codes).
+group of 32, q in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc
+(q - 32), q in [0, 63], an int8 sc per 16, d per 256), 8 bits -> int8 (w = d q, q in [-127, 127]). Exact where
+the type fits that form: Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and Q8_0 bit for bit, Q4_K and Q5_K up to float16 rounding
+of their sub-block scale and minimum (d sc, dmin m); the other types (Q2_K, Q3_K, IQ4_*) through their float32
+values, quantized per group of 32 (int4_codes / int8_codes).
 """
 
 from __future__ import annotations
@@ -19,24 +20,28 @@ from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"})  # GGUF types kept as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
-EIGHT_BIT = frozenset({"Q6_K", "Q8_0", "Q8_K"})  # ... as int8
-WIDTHS = {**dict.fromkeys(FOUR_BIT, 4), **dict.fromkeys(FIVE_BIT, 5), **dict.fromkeys(EIGHT_BIT, 8)}
+SIX_BIT = frozenset({"Q6_K"})  # ... as int6
+EIGHT_BIT = frozenset({"Q8_0", "Q8_K"})  # ... as int8
+WIDTHS = {**dict.fromkeys(FOUR_BIT, 4), **dict.fromkeys(FIVE_BIT, 5), **dict.fromkeys(SIX_BIT, 6),
+          **dict.fromkeys(EIGHT_BIT, 8)}
 # bytes per block of 32: (d, 16 code bytes), (d, m, 16), (d, 32 fifth bits, 16), (d, m, 32 fifth bits, 16), (d, 32)
 _BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
 # super-blocks of 256: d, dmin float16, 12 bytes of 6-bit scales and minimums, (Q5_K: 32 bytes of fifth bits,)
 # 128 bytes of codes
 _SUPER_BYTES = {"Q4_K": 144, "Q5_K": 176}
+_Q6_K_BYTES = 210  # 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, d float16
 
 
 @dataclass(frozen=True)
 class QuantBlocks:
     """A weight [N, K] in groups of 32 along K. 4 and 5 bits: w = d q + m, codes q in [0, 15] or [0, 31]; 8 bits:
-    w = d q, q in [-127, 127]."""
+    w = d q, q in [-127, 127]; 6 bits (Q6_K): w = d sub (q - 32), q in [0, 63], sub per 16 along K, d per 256."""
 
-    q: torch.Tensor  # [N, K] uint8 (4, 5 bits) or int8 (8 bits)
-    d: torch.Tensor  # [N, K / 32] float16
-    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for 8 bits
+    q: torch.Tensor  # [N, K] uint8 (4, 5, 6 bits) or int8 (8 bits)
+    d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 6 bits)
+    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for 6, 8 bits
     bits: int = 4
+    sub: torch.Tensor | None = None  # 6 bits: [N, K / 16] int8 sub-block scales
 
     @classmethod
     def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> QuantBlocks:
@@ -47,8 +52,10 @@ class QuantBlocks:
             return _legacy_blocks(data.reshape(n * k // 32, _BLOCK_BYTES[qtype]), qtype, n, k)
         if qtype in _SUPER_BYTES:
             return _k_blocks(data.reshape(n * k // 256, _SUPER_BYTES[qtype]), n, k)
+        if qtype == "Q6_K":
+            return _q6_k_blocks(data.reshape(n * k // 256, _Q6_K_BYTES), n, k)
         if qtype not in WIDTHS:
-            raise ValueError(f"model: GGUF type {qtype} has no int4 / int5 / int8 form")
+            raise ValueError(f"model: GGUF type {qtype} has no int4 / int5 / int6 / int8 form")
         import gguf
 
         w = torch.from_numpy(np.asarray(gguf.quants.dequantize(data, gguf.GGMLQuantizationType[qtype]),
@@ -57,7 +64,9 @@ class QuantBlocks:
 
     @classmethod
     def from_float(cls, w: torch.Tensor, bits: int) -> QuantBlocks:
-        """w [N, K] float -> its blocks of ``bits`` bits, each group of 32 quantized alone."""
+        """w [N, K] float -> its blocks of ``bits`` bits (4, 5 or 8), each group of 32 quantized alone."""
+        if bits not in (4, 5, 8):
+            raise ValueError(f"model: no {bits}-bit form quantized from float weights (int6 is Q6_K's own)")
         if bits == 8:
             q, d = int8_codes(w)
             return cls(q, d, None, 8)
@@ -69,6 +78,8 @@ class QuantBlocks:
         codes q - 16 (both exact), or requantized from their float32 values."""
         if bits == self.bits:
             return self
+        if bits == 6:
+            raise ValueError(f"model: {self.bits}-bit blocks have no exact int6 (Q6_K) form")
         if (self.bits, bits) == (4, 5):
             return QuantBlocks(self.q, self.d, self.minimums(), 5)
         if (self.bits, bits) == (5, 8) and torch.equal(self.minimums(), (self.d.float() * -16).to(torch.float16)):
@@ -78,14 +89,20 @@ class QuantBlocks:
     @classmethod
     def stack(cls, parts: list[QuantBlocks], bits: int | None = None) -> QuantBlocks:
         """Row blocks one after another (a stacked qkv or gate_up) at ``bits`` bits (None: the widest part's,
-        so a Q4_K q and k stacked with a Q6_K v become int8: no part loses precision); minimums stored unless no
-        part has any."""
-        bits = bits or max(p.bits for p in parts)
+        so a Q4_K q and k stacked with a Q5_K v become int5, or int8 with a Q6_K v, whose form no other width
+        shares: no part loses precision); minimums stored unless no part has any."""
+        widths = {p.bits for p in parts}
+        bits = bits or (8 if 6 in widths and len(widths) > 1 else max(widths))
         parts = [p.to_bits(bits) for p in parts]
+        if bits == 6:
+            return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d")), None, 6,
+                       torch.cat([p.sub for p in parts]))
         mins = None if all(p.m is None for p in parts) else torch.cat([p.minimums() for p in parts])
         return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins, bits)
 
     def minimums(self) -> torch.Tensor:
+        if self.bits == 6:
+            raise ValueError("model: int6 (Q6_K) blocks have no minimums")
         if self.bits == 8:
             return torch.zeros_like(self.d)
         return self.m if self.m is not None else (self.d.float() * -8).to(torch.float16)
@@ -95,11 +112,15 @@ class QuantBlocks:
         return tuple(self.q.shape)
 
     def take_rows(self, index: torch.Tensor) -> QuantBlocks:
-        return QuantBlocks(self.q[index], self.d[index], None if self.m is None else self.m[index], self.bits)
+        return QuantBlocks(self.q[index], self.d[index], None if self.m is None else self.m[index], self.bits,
+                           None if self.sub is None else self.sub[index])
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32."""
         n, k = self.q.shape
+        if self.bits == 6:
+            w = (self.q.float() - 32).view(n, k // 16, 16) * self.sub.float()[..., None]
+            return (w.view(n, k // 256, 256) * self.d.float()[..., None]).view(n, k)
         w = self.q.float().view(n, k // 32, 32) * self.d.float()[..., None] + self.minimums().float()[..., None]
         return w.view(n, k)
 
@@ -142,3 +163,18 @@ def _k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
     minimum = (-dmin[:, None] * mins).astype(np.float16).reshape(n, k // 32)
     return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q).reshape(n, k)), torch.from_numpy(scale),
                        torch.from_numpy(minimum), 5 if five else 4)
+
+
+def _q6_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
+    """Q6_K super-blocks [N K / 256, 210] -> 6-bit blocks, exactly. Each half h of a super-block (128 weights) has
+    64 bytes ql and 32 qh: weight 32 p + l (p = 0..3, l < 32) has ql[32 (p % 2) + l]'s low (p < 2) or high nibble
+    and bits 2 p .. + 1 of qh[l] as its top two; sub-block j (16 weights in order) has scale sc_j."""
+    ql = blocks[:, :128].reshape(-1, 2, 2, 32)  # [S, h, p % 2, l]
+    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32)  # [S, h, 1, l]
+    low = np.concatenate((ql & 15, ql >> 4), axis=2)  # [S, h, p, l]
+    high = (qh >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3
+    q = (low | (high << 4)).reshape(n, k)
+    sc = blocks[:, 192:208].copy().view(np.int8).reshape(n, k // 16)
+    d = blocks[:, 208:210].copy().view(np.float16)[:, 0].reshape(n, k // 256)
+    return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d.copy()), None, 6,
+                       torch.from_numpy(sc.copy()))

@@ -122,12 +122,14 @@ class QuantizableLinear(nn.Module):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path. ``mixed``:
-        loaded blocks keep their width (int4, int5 or int8), dense weights become int4."""
+        loaded blocks keep their width (int4, int5, int6 or int8), dense weights become int4."""
         b = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
         if b is not None and b.bits == 4:
             self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)
         elif b is not None and b.bits == 5:
             self.quant = QuantWeight.from_int5_codes(b.q, b.d, b.m, self.weight.dtype, isa)
+        elif b is not None and b.bits == 6:
+            self.quant = QuantWeight.from_int6_codes(b.q, b.sub, b.d, self.weight.dtype, isa)
         elif b is not None:
             self.quant = QuantWeight.from_int8_codes(b.q, b.d, self.weight.dtype, isa)
         if self.quant is None:
@@ -235,9 +237,14 @@ class VocabParallelEmbedding(QuantizableLinear):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """int8 rows, the precision GGUF files usually keep this table in (Q8_0): an int4 LM head made from
         SmolLM2's raised its mean NLL by 1.5% (int4 layers: no measurable change). A file that holds the table
-        in 4 bits keeps it so with int4 (or mixed). The lookup reads whole rows times their scale."""
-        four_bit = bool(self.blocks) and all(b.bits == 4 for b in self.blocks.values())
-        super().quantize("int4" if kind in ("int4", "mixed") and four_bit else "int8", keep_dense, isa)
+        in 4 bits keeps it so with int4 (or mixed), one in Q6_K (as Q4_K_M files do) keeps it as int6 with mixed
+        on radixlm's kernels. The lookup reads whole rows times their scale."""
+        widths = {b.bits for b in self.blocks.values()} if self.blocks else set()
+        if kind in ("int4", "mixed") and widths == {4}:
+            kind = "int4"
+        elif not (kind == "mixed" and widths == {6} and isa is not None):
+            kind = "int8"
+        super().quantize(kind, keep_dense, isa)
 
     def load(self, shard: int, name: str, w: torch.Tensor | QuantBlocks) -> None:
         if isinstance(w, QuantBlocks):

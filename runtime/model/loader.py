@@ -32,7 +32,7 @@ def open_model(model: str | None) -> GGUFModel | HFModel:
 
 def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None = None,
                progress: bool = True, quant_blocks: bool = False) -> LlamaForCausalLM:
-    """``quant_blocks``: a GGUF file's quantized weights load as int4 / int5 / int8 blocks (gguf_blocks.py;
+    """``quant_blocks``: a GGUF file's quantized weights load as int4 / int5 / int6 / int8 blocks (gguf_blocks.py;
     quantize_model then keeps them as they are, or requantizes them to the width asked for), not as dense float
     weights."""
     cfg = files.config
@@ -90,7 +90,7 @@ def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device:
     if types and types <= EIGHT_BIT:
         return "int8", held
     if types and types <= WIDTHS.keys():
-        return "mixed", held + " (each at its width: int4 for 4 bits or fewer, int5 for 5, int8 for 6 to 8)"
+        return "mixed", held + " (each at its width: int4 for 4 bits or fewer, int5 for 5, int6 for Q6_K, int8 for 8)"
     return "none", f"the GGUF file's layers are {'/'.join(sorted(types)) or 'dense'}"
 
 

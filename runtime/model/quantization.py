@@ -40,7 +40,8 @@ class QuantWeight:
     backend native (16-row tiles, see cpu_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales
     float16 [N / 16, K / 32, 16] (w = d q per group of 32, GGUF's Q8_0); int4: data uint8 [N / 16, K / 4, 32],
     scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn; mins None for Q4_0's w = d (q - 8)); int5
-    (from GGUF's 5-bit types only): data uint8 [N / 16, K / 4, 40], scales and mins as int4's; dense:
+    (from GGUF's 5-bit types only): data uint8 [N / 16, K / 4, 40], scales and mins as int4's; int6 (GGUF's Q6_K
+    only): data uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
     models: ``tile_dense``)."""
 
@@ -88,6 +89,15 @@ class QuantWeight:
         return cls("int5", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
 
     @classmethod
+    def from_int6_codes(cls, q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype,
+                        isa: int) -> QuantWeight:
+        """A Q6_K weight given as its codes q [N, K] in [0, 63], sub-block scales sub int8 [N, K / 16] and d
+        [N, K / 256] (w = d sub (q - 32)) -> the native backend's layout, exactly."""
+        n, k = q.shape
+        codes, d16 = native.pack_int6(q, sub, d)
+        return cls("int6", codes, d16, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
+
+    @classmethod
     def from_int8_codes(cls, q: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype, isa: int) -> QuantWeight:
         """An 8-bit weight given as its codes q int8 [N, K] with d [N, K / 32] (w = d q per group, GGUF's Q8_0)
         -> the native backend's layout, exactly."""
@@ -120,6 +130,8 @@ class QuantWeight:
                 return native.dense_linear(x, self.data, self.isa)
             if self.kind == "int5":
                 return native.int5_linear(x, self.data, self.scales, self.mins, self.isa)
+            if self.kind == "int6":
+                return native.int6_linear(x, self.data, self.scales, self.isa)
             return native.int4_linear(x, self.data, self.scales, self.mins, self.isa)
         if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
             # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows (faster
@@ -153,6 +165,8 @@ class QuantWeight:
             return native.unpack_dense(self.data).float()
         if self.kind == "int5":
             return native.dequantize_int5(self.data, self.scales, self.mins)
+        if self.kind == "int6":
+            return native.dequantize_int6(self.data, self.scales)
         if self.backend == "native":
             return native.dequantize_int4(self.data, self.scales, self.mins)
         if self.kind == "int8":
@@ -166,7 +180,9 @@ class QuantWeight:
         """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup; not int5, which
         embedding tables never take)."""
         if self.kind == "int5":
-            raise ValueError("int5 rows: an embedding table is int4, int8 or dense")
+            raise ValueError("int5 rows: an embedding table is int4, int6, int8 or dense")
+        if self.kind == "int6":
+            return native.int6_rows(self.data, self.scales, ids).to(self.act_dtype)
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
             return self.data[ids // 16, :, ids % 16]
         if self.kind == "int4":

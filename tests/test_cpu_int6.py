@@ -1,0 +1,75 @@
+"""The int6 matmul (GGUF's Q6_K: w = d sc (q - 32), q in [0, 63], an int8 scale sc per 16 along K and a float16 d
+per 256; int4's nibbles plus a plane of high bit pairs) against its torch reference on every instruction-set
+path this CPU has; the paths give the same bits, a row's result does not depend on its batch, the packing
+round-trips, and an embedding row read from the packed codes is the dequantized row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixlm.kernels import cpu_ext
+from radixlm.kernels import cpu_matmul as ck
+
+from .test_cpu_kernels import PATH_PARAMS, built, isa, same_on_every_path
+
+
+def int6_weight(n: int, k: int, gen: torch.Generator):
+    q = torch.randint(0, 64, (n, k), generator=gen)
+    sc = torch.randint(-128, 128, (n, k // 16), generator=gen).to(torch.int8)
+    return q, sc, torch.rand(n, k // 256, generator=gen) * 2e-4
+
+
+def test_int6_packing_round_trips():
+    q, sc, d = int6_weight(48, 512, torch.Generator().manual_seed(0))
+    codes, dp = ck.pack_int6(q, sc, d)
+    assert codes.shape == (3, 32, 208) and dp.shape == (3, 2, 16)
+    uq, usc, ud = ck.unpack_int6(codes, dp)
+    assert torch.equal(uq, q.to(torch.uint8)) and torch.equal(usc, sc) and torch.equal(ud, d.half())
+    w = ck.dequantize_int6(codes, dp)
+    want = (q.float() - 32).view(48, 32, 16) * sc.float()[..., None]
+    assert torch.equal(w, (want.view(48, 2, 256) * d.half().float()[..., None]).view(48, 512))
+    ids = torch.tensor([0, 5, 8, 13, 16, 47, 31])
+    assert torch.equal(ck.int6_rows(codes, dp, ids), w[ids])
+    with pytest.raises(ValueError, match="divisible by 256"):
+        ck.pack_int6(q[:, :128], sc[:, :8], d[:, :1])
+
+
+@built
+@pytest.mark.parametrize("path", PATH_PARAMS)
+@pytest.mark.parametrize("rows", [1, 3, 8, 13])  # runs of 8 / 4 / 2 / 1 rows
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int6_matches_its_torch_reference(path, rows, dtype):
+    gen = torch.Generator().manual_seed(rows)
+    codes, d = ck.pack_int6(*int6_weight(96, 768, gen))
+    x = (torch.randn(rows, 768, generator=gen) * torch.rand(1, 768, generator=gen) * 4).to(dtype)
+    x[0, :64] = 0  # an all-zero block (scale 0)
+    got, want = ck.int6_linear(x, codes, d, isa(path)), ck.int6_linear_torch(x, codes, d)
+    assert got.dtype == dtype and got.shape == (rows, 96)
+    tol = 1e-5 if dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+
+
+@built
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int6_is_the_same_on_every_path_in_any_batch(dtype):
+    gen = torch.Generator().manual_seed(9)
+    q, sc, d = int6_weight(64, 1536, gen)
+    q[:, :16] = 63  # the extremes: maddubs pairs at their largest
+    sc[:, 0] = -128
+    codes, dp = ck.pack_int6(q, sc, d)
+    x = (torch.randn(13, 1536, generator=gen) * 3).to(dtype)
+    x[:, :16] = 100.0  # quantizes to 127 in its block
+    full = same_on_every_path(lambda i: ck.int6_linear(x, codes, dp, i))
+    best = isa(cpu_ext.supported()[-1])
+    for r in (0, 5, 12):
+        assert torch.equal(ck.int6_linear(x[r:r + 1].contiguous(), codes, dp, best), full[r:r + 1])
+
+
+@built
+def test_int6_rejects_a_bad_layout():
+    codes, d = ck.pack_int6(*int6_weight(16, 256, torch.Generator().manual_seed(1)))
+    with pytest.raises(RuntimeError, match="int6 weight"):
+        ck.int6_linear(torch.zeros(1, 256), codes[:, :, :192].contiguous(), d, 0)
+    with pytest.raises(RuntimeError, match="int6 weight"):
+        ck.int6_linear(torch.zeros(1, 256), codes, d[:, :, :8].contiguous(), 0)
