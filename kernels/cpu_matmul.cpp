@@ -16,6 +16,9 @@
 // int5: the int4 codes' nibbles [N/16, K/4, 40]: per k-quad int4's 32 bytes, then 8 bytes of fifth bits (bit l of
 //   lane l in int4's byte order: rows 0-7 then 8-15), w = d * q + mn, q in [0, 31] (GGUF's Q5_0, Q5_1, Q5_K);
 //   mn is always stored.
+// K-quant layout of int4 / int5 (GGUF's Q4_K / Q5_K): codes [N/16, K/32, 288 | 352], per group of 32 the 8 k-quads'
+//   bytes as above, then the tile's 16 scales sc_g and 16 minimums m_g (6-bit, one byte each); d and mn float16
+//   [N/16, K/256, 16] hold d and -dmin per super-block of 256: w = d sc_g q + (-dmin) m_g.
 // int6: w = d * sc_j * (q - 32), q in [0, 63] (GGUF's Q6_K): codes uint8 [N/16, K/16, 208], per sub-block of 16
 //   along K 4 k-quads of 48 bytes (int4's 32, then 16 bytes of high bits: lane l's two at bits 2 (l / 16) of byte
 //   l % 16) and the 16 rows' int8 sub-block scales sc_j; d float16 [N/16, K/256, 16] per super-block of 256.
@@ -55,8 +58,19 @@ at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
 
 }  // namespace
 
+void check_kform(const QuantWeightRef& w) {
+  TORCH_CHECK(w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.scales.size(0) == w.data.size(0) &&
+              w.scales.size(1) * 8 == w.data.size(1) && w.scales.size(2) == 16 && w.mins.defined() &&
+              w.mins.sizes() == w.scales.sizes() && w.mins.scalar_type() == at::kHalf && w.data.is_contiguous() &&
+              w.scales.is_contiguous() && w.mins.is_contiguous(),
+              "int", w.bits, " weight, K-quant layout: uint8 codes [N / 16, K / 32, ", w.data.size(2),
+              "] with float16 d and -dmin [N / 16, K / 256, 16]");
+}
+
 void check_weight(const QuantWeightRef& w) {
-  if (w.bits == 5) {
+  if (w.kform()) {
+    check_kform(w);
+  } else if (w.bits == 5) {
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == 40 &&
                 w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.mins.defined() &&
                 w.mins.sizes() == w.scales.sizes() && w.mins.scalar_type() == at::kHalf &&
@@ -87,7 +101,9 @@ void check_weight(const QuantWeightRef& w) {
 }
 
 int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
-int64_t QuantWeightRef::k() const { return bits == 16 ? data.size(1) : bits == 6 ? data.size(1) * 16 : scales.size(1) * 32; }
+int64_t QuantWeightRef::k() const {
+  return bits == 16 ? data.size(1) : bits == 6 ? data.size(1) * 16 : kform() ? data.size(1) * 32 : scales.size(1) * 32;
+}
 
 void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa) {
   dispatch_float_bf16(x, [&](auto* tag) {
@@ -107,11 +123,11 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
     T* out = y.data_ptr<T>();
     if (w.bits == 4) {
       const at::Half* mn = w.mins.defined() && w.mins.numel() > 0 ? w.mins.data_ptr<at::Half>() : nullptr;
-      RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, n, t0, t1,
-                       a.q, m, out);
+      RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, w.kform(), n,
+                       t0, t1, a.q, m, out);
     } else if (w.bits == 5) {
       RADIXLM_ISA_CALL(isa, int5_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
-                       w.mins.data_ptr<at::Half>(), n, t0, t1, a.q, m, out);
+                       w.mins.data_ptr<at::Half>(), w.kform(), n, t0, t1, a.q, m, out);
     } else if (w.bits == 6) {
       RADIXLM_ISA_CALL(isa, int6_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
                        out);

@@ -79,6 +79,47 @@ def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch
     return torch.cat((nibbles, fifth), dim=2).contiguous(), dp, mp
 
 
+KFORM_BYTES = {4: 288, 5: 352}  # bytes a group of 32 in the K-quant layout: the codes, then 16 scales, 16 minimums
+
+
+def pack_kquant(q: torch.Tensor, sc: torch.Tensor, m: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor,
+                bits: int) -> tuple[torch.Tensor, ...]:
+    """GGUF's Q4_K / Q5_K form (w = d sc q - dmin m per group of 32; sc, m 6-bit [N, K / 32], d, dmin [N, K / 256],
+    q [N, K] in [0, 2^bits - 1]) -> the kernel's K-quant layout (codes uint8 [N / 16, K / 32, 288 or 352]: per
+    group pack_int4's or pack_int5's 8 k-quads, then the tile's 16 sc and 16 m; d and -dmin float16
+    [N / 16, K / 256, 16])."""
+    n, k = q.shape
+    if k % SUPER:
+        raise ValueError(f"K-quant weights need K divisible by {SUPER}, got [{n}, {k}]")
+    zeros = torch.zeros(n, k // GROUP)
+    codes = (pack_int4(q, zeros, None) if bits == 4 else pack_int5(q, zeros, zeros))[0]
+    per_group = codes.view(n // 16, k // GROUP, -1)
+    tiles = [v.to(torch.uint8).view(n // 16, 16, k // GROUP).transpose(1, 2) for v in (sc, m)]
+    return torch.cat((per_group, *tiles), dim=2).contiguous(), _pack_scales(d), _pack_scales(-dmin.float())
+
+
+def unpack_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The inverse of pack_kquant -> (q uint8 [N, K], sc, m uint8 [N, K / 32], d, -dmin float16 [N, K / 256])."""
+    nt, groups, size = codes.shape
+    quad = 32 if size == KFORM_BYTES[4] else 40
+    quads = codes[:, :, :8 * quad].reshape(nt, groups * 8, quad).contiguous()
+    zeros = torch.zeros(nt, groups, 16)
+    q = (unpack_int4(quads, zeros, None) if quad == 32 else unpack_int5(quads, zeros, zeros))[0]
+    sc, m = (codes[:, :, 8 * quad + 16 * j:8 * quad + 16 * (j + 1)].transpose(1, 2).reshape(nt * 16, groups)
+             for j in (0, 1))
+    return q, sc, m, _unpack_scales(d), _unpack_scales(mn)
+
+
+def dequantize_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+    """-> w [N, K] float32 = (d sc) q + (-dmin) m per group of 32, each product exact in float32."""
+    q, sc, m, d, mn = unpack_kquant(codes, d, mn)
+    n, k = q.shape
+    per = SUPER // GROUP
+    dg = (d.float().repeat_interleave(per, 1) * sc.float())[..., None]
+    mg = (mn.float().repeat_interleave(per, 1) * m.float())[..., None]
+    return (q.float().view(n, k // GROUP, GROUP) * dg + mg).view(n, k)
+
+
 def unpack_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The inverse of pack_int5 -> (q uint8 [N, K], d [N, K / 32], mn likewise)."""
     low, d, mn = unpack_int4(codes[:, :, :32].contiguous(), d, mn)
@@ -88,7 +129,9 @@ def unpack_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple
 
 
 def dequantize_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
-    """-> w [N, K] float32 = d * q + mn per group of 32."""
+    """-> w [N, K] float32 = d * q + mn per group of 32 (either layout)."""
+    if codes.shape[2] == KFORM_BYTES[5]:
+        return dequantize_kquant(codes, d, mn)
     q, d, mn = unpack_int5(codes, d, mn)
     return (q.float().view(q.shape[0], -1, GROUP) * d.float()[..., None] + mn.float()[..., None]).flatten(1)
 
@@ -200,7 +243,9 @@ def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -
 
 
 def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
-    """-> w [N, K] float32 = d * q + mn per group of 32."""
+    """-> w [N, K] float32 = d * q + mn per group of 32 (either layout)."""
+    if codes.shape[2] == KFORM_BYTES[4]:
+        return dequantize_kquant(codes, d, mn)
     q, d, mn = unpack_int4(codes, d, mn)
     q = q.float().view(q.shape[0], -1, GROUP)
     return (q * d.float()[..., None] + mn.float()[..., None]).flatten(1)

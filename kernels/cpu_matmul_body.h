@@ -49,41 +49,52 @@ void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, c
 // activation scale, two weight groups): the groups' int32 dot products scaled as (ip0 d0 + ip1 d1) a, plus the
 // minimums' mn_g t_g. Without stored minimums (mn null: GGUF's Q4_0, w = d (q - 8)) mn_g is -8 d_g, exactly
 // what a stored one would hold, so the result is the same bits either way (int5 always stores them).
-template <int MT, int Bits, typename T>
+// KForm (GGUF's Q4_K / Q5_K layout): each group's codes are followed by the tile's 16 6-bit scales sc_g and 16
+// minimums m_g (bytes), and d, mn hold d and -dmin per 256, so d_g = d sc_g and mn_g = -dmin m_g (exact in
+// float32) take the place of the float16 values a group has otherwise.
+template <int MT, int Bits, bool KForm, typename T>
 void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
                  const QuantizedX& xq, int64_t m0, T* y) {
-  constexpr int64_t kQuad = Bits == 5 ? 40 : 32, kGroupBytes = 8 * kQuad;  // code bytes per k-quad, per group
-  const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
-  const uint8_t* wt = codes + tile * (k / 4) * kQuad;
-  const at::Half* dt = d + tile * g_count * 16;
-  const at::Half* mt = mn != nullptr ? mn + tile * g_count * 16 : nullptr;
+  constexpr int64_t kQuad = Bits == 5 ? 40 : 32, kCodeBytes = 8 * kQuad;  // code bytes per k-quad, per group
+  constexpr int64_t kGroupBytes = kCodeBytes + (KForm ? 32 : 0);
+  const int64_t k = xq.k, nb = xq.nb, g_count = k / 32, s_count = KForm ? k / 256 : g_count;
+  const uint8_t* wt = codes + tile * g_count * kGroupBytes;
+  const at::Half* dt = d + tile * s_count * 16;
+  const at::Half* mt = mn != nullptr ? mn + tile * s_count * 16 : nullptr;
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
-  prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
-  if (mn != nullptr) prefetch(mn + (tile + 1) * g_count * 16);
+  prefetch(d + (tile + 1) * s_count * 16);  // the next tile's scales, read soon after this one
+  if (mn != nullptr) prefetch(mn + (tile + 1) * s_count * 16);
   for (int64_t b = 0; b < nb; ++b) {
     for (int line = 0; line < 2 * kGroupBytes / 64; ++line) {
       prefetch(wt + (2 * b + kPrefetch) * kGroupBytes + 64 * line);
     }
-    F16 both[MT];
+    F16 both[MT], mins[2];
     for (int h = 0; h < 2; ++h) {
+      const uint8_t* group = wt + (2 * b + h) * kGroupBytes;
       I16 ip[MT];
       if constexpr (Bits == 5) {
-        dot_int5_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
+        dot_int5_group<MT>(group, xs + b * kBlock + 32 * h, k, ip);
       } else {
-        dot_int4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
+        dot_int4_group<MT>(group, xs + b * kBlock + 32 * h, k, ip);
       }
-      const F16 dh = fload(dt + (2 * b + h) * 16);
+      F16 dh;
+      if constexpr (KForm) {
+        const int8_t* sub = reinterpret_cast<const int8_t*>(group + kCodeBytes);  // sc_g [16], m_g [16]
+        dh = mul(to_float(widen_int8(sub)), fload(dt + b / 4 * 16));
+        mins[h] = mul(to_float(widen_int8(sub + 16)), fload(mt + b / 4 * 16));
+      } else {
+        dh = fload(dt + (2 * b + h) * 16);
+        mins[h] = mt != nullptr ? fload(mt + (2 * b + h) * 16) : mul(dh, fset1(-8.f));
+      }
       for (int i = 0; i < MT; ++i) both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
     }
-    const F16 n0 = mt != nullptr ? fload(mt + 2 * b * 16) : mul(fload(dt + 2 * b * 16), fset1(-8.f));
-    const F16 n1 = mt != nullptr ? fload(mt + (2 * b + 1) * 16) : mul(fload(dt + (2 * b + 1) * 16), fset1(-8.f));
     for (int i = 0; i < MT; ++i) {
       const float* t = xq.t + ((m0 + i) * nb + b) * 2;
       acc[i] = fmadd(both[i], fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
-      acc[i] = fmadd(n0, fset1(t[0]), acc[i]);
-      acc[i] = fmadd(n1, fset1(t[1]), acc[i]);
+      acc[i] = fmadd(mins[0], fset1(t[0]), acc[i]);
+      acc[i] = fmadd(mins[1], fset1(t[1]), acc[i]);
     }
   }
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
@@ -167,21 +178,30 @@ void for_row_runs(int64_t m, int64_t t0, int64_t t1, const TileFn& tile_fn) {
   }
 }
 
+// kform: the K-quant layout (see nibble_tile)
 template <typename T>
-void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
-                const QuantizedX& xq, int64_t m, T* y) {
+void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, bool kform, int64_t n, int64_t t0,
+                int64_t t1, const QuantizedX& xq, int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    nibble_tile<decltype(mt)::value, 4>(codes, d, mn, n, t, xq, m0, y);
+    if (kform) {
+      nibble_tile<decltype(mt)::value, 4, true>(codes, d, mn, n, t, xq, m0, y);
+    } else {
+      nibble_tile<decltype(mt)::value, 4, false>(codes, d, mn, n, t, xq, m0, y);
+    }
   });
 }
 
 // int5: the int4 layout's nibbles (32 bytes a k-quad) then the fifth bits (8 bytes: bit l of lane l, lanes in
 // int4_quad's order), w = d q + mn with q in [0, 31] (GGUF's Q5_0, Q5_1, Q5_K); mn is always stored
 template <typename T>
-void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
-                const QuantizedX& xq, int64_t m, T* y) {
+void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, bool kform, int64_t n, int64_t t0,
+                int64_t t1, const QuantizedX& xq, int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    nibble_tile<decltype(mt)::value, 5>(codes, d, mn, n, t, xq, m0, y);
+    if (kform) {
+      nibble_tile<decltype(mt)::value, 5, true>(codes, d, mn, n, t, xq, m0, y);
+    } else {
+      nibble_tile<decltype(mt)::value, 5, false>(codes, d, mn, n, t, xq, m0, y);
+    }
   });
 }
 

@@ -22,6 +22,9 @@ struct QuantWeightRef {
   at::Tensor data, scales, mins;
   int64_t n() const;  // output rows
   int64_t k() const;  // input columns
+  bool kform() const {  // int4 / int5 codes in the K-quant layout (each group's scales inline, d and -dmin per 256)
+    return (bits == 4 || bits == 5) && data.dim() == 3 && data.size(2) == (bits == 4 ? 288 : 352);
+  }
 };
 
 // The part [b, e) of count items that thread `tid` of `nt` takes: equal shares in thread order, b and e

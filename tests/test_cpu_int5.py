@@ -1,6 +1,8 @@
 """The int5 matmul (GGUF's 5-bit types: w = d q + mn, q in [0, 31], int4's nibbles plus a plane of fifth bits)
 against its torch reference on every instruction-set path this CPU has; the paths give the same bits, a row's
-result does not depend on its batch, and 5-bit codes that fit in 4 bits give the int4 kernel's bits."""
+result does not depend on its batch, and 5-bit codes that fit in 4 bits give the int4 kernel's bits. Also the
+K-quant layout of int4 and int5 (GGUF's Q4_K / Q5_K scales kept as they are: 6-bit sc, m per 32, d, dmin per
+256)."""
 
 from __future__ import annotations
 
@@ -66,3 +68,59 @@ def test_int5_rejects_a_bad_layout():
         ck.int5_linear(torch.zeros(1, 64), codes[:, :, :32].contiguous(), d, mn, 0)
     with pytest.raises(RuntimeError, match="int5 weight"):
         ck.int5_linear(torch.zeros(1, 64), codes, d, torch.empty(0, dtype=torch.float16), 0)
+
+
+def kquant_weight(n: int, k: int, bits: int, gen: torch.Generator):
+    """GGUF's Q4_K / Q5_K form: codes, 6-bit sc and m per 32, d and dmin per 256."""
+    q = torch.randint(0, 2**bits, (n, k), generator=gen)
+    sc, m = (torch.randint(0, 64, (n, k // 32), generator=gen).to(torch.uint8) for _ in range(2))
+    return q, sc, m, torch.rand(n, k // 256, generator=gen) * 1e-3, torch.rand(n, k // 256, generator=gen) * 1e-3
+
+
+@pytest.mark.parametrize("bits", [4, 5])
+def test_k_quant_layout_round_trips_and_reads_rows(bits):
+    q, sc, m, d, dmin = kquant_weight(32, 512, bits, torch.Generator().manual_seed(bits))
+    codes, dp, mp = ck.pack_kquant(q, sc, m, d, dmin, bits)
+    assert codes.shape == (2, 16, ck.KFORM_BYTES[bits]) and dp.shape == mp.shape == (2, 2, 16)
+    uq, usc, um, ud, umn = ck.unpack_kquant(codes, dp, mp)
+    assert torch.equal(uq, q.to(torch.uint8)) and torch.equal(usc, sc) and torch.equal(um, m)
+    assert torch.equal(ud, d.half()) and torch.equal(umn, -dmin.half())
+    dg = d.half().float().repeat_interleave(8, 1) * sc.float()
+    mg = -dmin.half().float().repeat_interleave(8, 1) * m.float()
+    want = (q.float().view(32, 16, 32) * dg[..., None] + mg[..., None]).view(32, 512)
+    got = (ck.dequantize_int4 if bits == 4 else ck.dequantize_int5)(codes, dp, mp)
+    assert torch.equal(got, want)
+    if bits == 4:
+        from radixlm.runtime.model.quantization import QuantWeight
+        w = QuantWeight("int4", codes, dp, 32, 512, 1, torch.float32, "native", mp, 0)
+        ids = torch.tensor([0, 9, 31, 16])
+        assert torch.equal(w.rows(ids), want[ids])
+
+
+@built
+@pytest.mark.parametrize("path", PATH_PARAMS)
+@pytest.mark.parametrize("bits", [4, 5])
+@pytest.mark.parametrize("rows", [1, 13])
+def test_k_quant_layout_matches_its_reference_and_the_float16_layout(path, bits, rows):
+    """Against the torch reference; and against the same weights in the ordinary layout where d sc and -dmin m
+    are float16 exactly (d, dmin powers of two): the same bits."""
+    gen = torch.Generator().manual_seed(rows + bits)
+    q, sc, m, _, _ = kquant_weight(64, 768, bits, gen)
+    d, dmin = 2.0 ** -torch.randint(10, 14, (64, 3), generator=gen), 2.0 ** -torch.randint(8, 12, (64, 3), generator=gen)
+    kform = ck.pack_kquant(q, sc, m, d, dmin, bits)
+    x = (torch.randn(rows, 768, generator=gen) * 3).to(torch.bfloat16 if rows == 13 else torch.float32)
+    linear = ck.int4_linear if bits == 4 else ck.int5_linear
+    got = linear(x, *kform, isa(path))
+    want = (ck.int4_linear_torch if bits == 4 else ck.int5_linear_torch)(x, *kform)
+    tol = 1e-5 if x.dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+    per32 = (d.repeat_interleave(8, 1) * sc.float(), -dmin.repeat_interleave(8, 1) * m.float())
+    plain = ck.pack_int4(q, *per32) if bits == 4 else ck.pack_int5(q, *per32)
+    assert torch.equal(got, linear(x, *plain, isa(path)))
+
+
+@built
+def test_k_quant_layout_rejects_missing_minimums():
+    codes, d, mn = ck.pack_kquant(*kquant_weight(16, 256, 4, torch.Generator().manual_seed(2)), 4)
+    with pytest.raises(RuntimeError, match="K-quant layout"):
+        ck.int4_linear(torch.zeros(1, 256), codes, d, None, 0)

@@ -43,8 +43,8 @@ def test_neon_path_equals_the_portable_path_bit_for_bit(harness, cpu):
     assert out.returncode == 0, out.stdout + out.stderr
     counts = re.search(r"^(\d+) passed, (\d+) failed$", out.stdout, re.M)
     assert counts and int(counts[1]) >= 70 and counts[2] == "0", out.stdout
-    for kernel in ("int4 matmul", "int5 matmul", "int6 matmul", "int8 matmul", "attention", "attention in stages",
-                   "RMSNorm", "silu * up", "RoPE q"):
+    for kernel in ("int4 matmul", "int5 matmul", "int6 matmul", "int8 matmul", "int4 matmul, K-quant layout",
+                   "int5 matmul, K-quant layout", "attention", "attention in stages", "RMSNorm", "silu * up", "RoPE q"):
         assert f"PASS {kernel}" in out.stdout
 
 

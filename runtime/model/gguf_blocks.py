@@ -4,9 +4,10 @@
 Every quantized GGUF type loads at the width closest to the file's: 4 bits or fewer -> int4 (w = d q + mn per
 group of 32, q in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc
 (q - 32), q in [0, 63], an int8 sc per 16, d per 256), 8 bits -> int8 (w = d q, q in [-127, 127]). Exact where
-the type fits that form: Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and Q8_0 bit for bit, Q4_K and Q5_K up to float16 rounding
-of their sub-block scale and minimum (d sc, dmin m); the other types (Q2_K, Q3_K, IQ4_*) through their float32
-values, quantized per group of 32 (int4_codes / int8_codes).
+the type fits that form: Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and Q8_0 bit for bit, Q4_K and Q5_K through their own
+scales (KScales, which the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once
+mixed with other types; the other types (Q2_K, Q3_K, IQ4_*) through their float32 values, quantized per group of
+32 (int4_codes / int8_codes).
 """
 
 from __future__ import annotations
@@ -33,6 +34,31 @@ _Q6_K_BYTES = 210  # 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 sca
 
 
 @dataclass(frozen=True)
+class KScales:
+    """Q4_K / Q5_K's own scales, beside a QuantBlocks' float16 d, m (which round d sc, -dmin m): w = d sc q - dmin m
+    per group of 32, sc and m 6-bit, d and dmin float16 per 256 (the kernels' K-quant layout keeps them so)."""
+
+    sc: torch.Tensor  # [N, K / 32] uint8
+    m: torch.Tensor  # [N, K / 32] uint8
+    d: torch.Tensor  # [N, K / 256] float16
+    dmin: torch.Tensor  # [N, K / 256] float16
+
+    def take_rows(self, index: torch.Tensor) -> KScales:
+        return KScales(self.sc[index], self.m[index], self.d[index], self.dmin[index])
+
+    @staticmethod
+    def cat(parts: list[KScales]) -> KScales:
+        return KScales(*(torch.cat([getattr(p, f) for p in parts]) for f in ("sc", "m", "d", "dmin")))
+
+    def dequantize(self, q: torch.Tensor) -> torch.Tensor:
+        """codes q [N, K] -> w [N, K] float32, each product exact."""
+        n, k = q.shape
+        d = self.d.float().repeat_interleave(8, 1) * self.sc.float()
+        mn = -self.dmin.float().repeat_interleave(8, 1) * self.m.float()
+        return (q.float().view(n, k // 32, 32) * d[..., None] + mn[..., None]).view(n, k)
+
+
+@dataclass(frozen=True)
 class QuantBlocks:
     """A weight [N, K] in groups of 32 along K. 4 and 5 bits: w = d q + m, codes q in [0, 15] or [0, 31]; 8 bits:
     w = d q, q in [-127, 127]; 6 bits (Q6_K): w = d sub (q - 32), q in [0, 63], sub per 16 along K, d per 256."""
@@ -42,6 +68,7 @@ class QuantBlocks:
     m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for 6, 8 bits
     bits: int = 4
     sub: torch.Tensor | None = None  # 6 bits: [N, K / 16] int8 sub-block scales
+    kq: KScales | None = None  # Q4_K / Q5_K: their own scales
 
     @classmethod
     def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> QuantBlocks:
@@ -81,7 +108,7 @@ class QuantBlocks:
         if bits == 6:
             raise ValueError(f"model: {self.bits}-bit blocks have no exact int6 (Q6_K) form")
         if (self.bits, bits) == (4, 5):
-            return QuantBlocks(self.q, self.d, self.minimums(), 5)
+            return QuantBlocks(self.q, self.d, self.minimums(), 5, kq=self.kq)
         if (self.bits, bits) == (5, 8) and torch.equal(self.minimums(), (self.d.float() * -16).to(torch.float16)):
             return QuantBlocks((self.q.to(torch.int16) - 16).to(torch.int8), self.d, None, 8)
         return QuantBlocks.from_float(self.dequantize(), bits)
@@ -98,7 +125,8 @@ class QuantBlocks:
             return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d")), None, 6,
                        torch.cat([p.sub for p in parts]))
         mins = None if all(p.m is None for p in parts) else torch.cat([p.minimums() for p in parts])
-        return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins, bits)
+        kq = KScales.cat([p.kq for p in parts]) if all(p.kq is not None for p in parts) else None
+        return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins, bits, kq=kq)
 
     def minimums(self) -> torch.Tensor:
         if self.bits == 6:
@@ -113,11 +141,14 @@ class QuantBlocks:
 
     def take_rows(self, index: torch.Tensor) -> QuantBlocks:
         return QuantBlocks(self.q[index], self.d[index], None if self.m is None else self.m[index], self.bits,
-                           None if self.sub is None else self.sub[index])
+                           None if self.sub is None else self.sub[index],
+                           None if self.kq is None else self.kq.take_rows(index))
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32."""
         n, k = self.q.shape
+        if self.kq is not None:
+            return self.kq.dequantize(self.q)
         if self.bits == 6:
             w = (self.q.float() - 32).view(n, k // 16, 16) * self.sub.float()[..., None]
             return (w.view(n, k // 256, 256) * self.d.float()[..., None]).view(n, k)
@@ -161,8 +192,10 @@ def _k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
         q = q | ((high[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1) << 4
     scale = (d[:, None] * sc).astype(np.float16).reshape(n, k // 32)
     minimum = (-dmin[:, None] * mins).astype(np.float16).reshape(n, k // 32)
+    kq = KScales(*(torch.from_numpy(np.ascontiguousarray(v).reshape(n, -1)) for v in (sc, mins)),
+                 *(torch.from_numpy(v.astype(np.float16).reshape(n, -1)) for v in (d, dmin)))
     return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q).reshape(n, k)), torch.from_numpy(scale),
-                       torch.from_numpy(minimum), 5 if five else 4)
+                       torch.from_numpy(minimum), 5 if five else 4, kq=kq)
 
 
 def _q6_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:

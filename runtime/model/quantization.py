@@ -89,6 +89,14 @@ class QuantWeight:
         return cls("int5", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
 
     @classmethod
+    def from_kquant(cls, q: torch.Tensor, kq, bits: int, act_dtype: torch.dtype, isa: int) -> QuantWeight:
+        """A Q4_K / Q5_K weight given as its codes q [N, K] and its own scales (gguf_blocks.KScales: w = d sc q -
+        dmin m per group of 32) -> int4 / int5 in the native backend's K-quant layout, exactly."""
+        n, k = q.shape
+        codes, d16, mn16 = native.pack_kquant(q, kq.sc, kq.m, kq.d, kq.dmin, bits)
+        return cls(f"int{bits}", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
+
+    @classmethod
     def from_int6_codes(cls, q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype,
                         isa: int) -> QuantWeight:
         """A Q6_K weight given as its codes q [N, K] in [0, 63], sub-block scales sub int8 [N, K / 16] and d
@@ -195,15 +203,20 @@ class QuantWeight:
         return self.data[ids].to(self.act_dtype) * self.scales[ids].unsqueeze(-1).to(self.act_dtype)
 
     def _int4_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Native int4 rows: a row's codes are one nibble of every k-quad's bytes of its tile."""
+        """Native int4 rows: a row's codes are one nibble of every k-quad's bytes of its tile (in the K-quant layout,
+        each group's 256 code bytes are followed by the tile's 16 scales and 16 minimums)."""
         if self.backend != "native":
             raise ValueError("int4 rows: only the native layout")
-        tile, lane = ids // 16, ids % 16
-        quads = self.data[tile].view(ids.shape[0], -1, 8, 4)  # [T, K / 4, 8, 4]: byte 4 (lane % 8) + k % 4
-        nib = quads[torch.arange(ids.shape[0]), :, lane % 8]  # [T, K / 4, 4]
+        tile, lane, t = ids // 16, ids % 16, torch.arange(ids.shape[0])
+        groups = self.data[tile].view(ids.shape[0], self.in_features // GROUP, -1)  # [T, K / 32, 256 or 288]
+        quads = groups[:, :, :256].reshape(ids.shape[0], -1, 8, 4)  # [T, K / 4, 8, 4]: byte 4 (lane % 8) + k % 4
+        nib = quads[t, :, lane % 8]  # [T, K / 4, 4]
         q = torch.where((lane >= 8)[:, None, None], nib >> 4, nib & 15).reshape(ids.shape[0], self.in_features)
-        d = self.scales[tile, :, lane].float()  # [T, K / 32]
+        d = self.scales[tile, :, lane].float()  # [T, K / 32], or [T, K / 256] with the K-quant layout
         mn = self.mins[tile, :, lane].float() if self.mins is not None else -8 * d
+        if groups.shape[2] == native.KFORM_BYTES[4]:
+            d = d.repeat_interleave(8, 1) * groups[t, :, 256 + lane].float()  # 8 groups of 32 a super-block
+            mn = mn.repeat_interleave(8, 1) * groups[t, :, 272 + lane].float()
         w = q.float().view(ids.shape[0], -1, GROUP) * d[..., None] + mn[..., None]
         return w.view(ids.shape[0], self.in_features).to(self.act_dtype)
 
