@@ -1,5 +1,5 @@
-"""int4 / int5 / int6 / int8 weight-only and dense matmuls (cpu_matmul.cpp, every instruction set) beside their torch
-references.
+"""int4 / int5 / int6 / int8 weight-only and dense matmuls (cpu_matmul.cpp, every instruction set) beside their
+torch references.
 
 ``isa`` is the kernel path (``cpu_ext.resolve``); ``cpu_ext.available()`` builds and loads the kernels.
 

@@ -71,8 +71,9 @@ class LoadConfig:
     quantization: str = _opt("auto", "weight-only quantization on the CPU: int8 (groups of 32, like GGUF's "
                              "Q8_0), int4 (groups of 32, like Q4_1; the embedding / LM head stays int8) or "
                              "mixed (each GGUF matrix at its own width: int4 for 4 bits or fewer, int5 for 5, "
-                             "int6 for Q6_K, int8 for 8, as Q4_K_M files mix them); auto: what the file holds (int4, int8 or "
-                             "mixed; float GGUF layers and Hugging Face folders stay dense; dense on CUDA)",
+                             "int6 for Q6_K, int8 for 8, as Q4_K_M files mix them); auto: what the file holds "
+                             "(int4, int8 or mixed; float GGUF layers and Hugging Face folders stay dense; dense "
+                             "on CUDA)",
                              choices=("auto", *QUANT_KINDS))
     quantized_prefill: bool = _opt(False, "with --quantization on torch's kernels: drop the dense weights and run "
                                    "prefill through the quantized kernels too (less memory, slower prefill). "
