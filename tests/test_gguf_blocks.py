@@ -197,3 +197,31 @@ def prompt_logprobs(e: Engine) -> torch.Tensor:
     out = e.generate(input_ids=prompt, sampling_params={"temperature": 0, "max_new_tokens": 1}, return_logprob=True,
                      logprob_start_len=0)
     return torch.tensor([x[0] for x in out["meta_info"]["input_token_logprobs"][1:]])
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_tensor_parallel_ranks_hold_their_slices_of_the_k_quant_blocks(tmp_path):
+    """Under TP 2 each rank's stacked qkv (Q4_K q, k with a Q5_K v: int5 in the K-quant layout) is its rows of the
+    single rank's, bit for bit; the row-split down matrix (its groups would split) goes dense, then int4."""
+    from radixlm.runtime.model.layers import TPInfo
+    from radixlm.runtime.model.quantization import quantize_model
+
+    path = str(tmp_path / "mixed.gguf")
+    write_mixed_file(path)
+    files, isa = GGUFModel(path), cpu_ext.resolve(cpu_ext.supported()[-1])
+
+    def loaded(tp: TPInfo | None):
+        model = load_model(files, torch.float32, tp, progress=False, quant_blocks=True)
+        quantize_model(model, "mixed", keep_dense=False, isa=isa)
+        return model.layers[1]
+
+    full = loaded(None).self_attn.qkv_proj.quant
+    assert full.kind == "int5" and full.data.shape[2] == 352  # the K-quant layout
+    whole = full.dequantize()
+    for rank in range(2):
+        layer = loaded(TPInfo(rank, 2))
+        qkv = layer.self_attn.qkv_proj
+        rows = torch.cat([torch.arange(start, start + size) + sum((256, 128, 128)[:i])
+                          for i, (start, size) in enumerate(qkv.parts)])
+        assert qkv.quant.data.shape[2] == 352 and torch.equal(qkv.quant.dequantize(), whole[rows])
+        assert layer.mlp.down_proj.quant.kind == "int4"
