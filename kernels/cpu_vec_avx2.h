@@ -157,23 +157,42 @@ inline __m256i acc_codes(__m256i acc, __m256i codes, __m256i xb) {
 }
 inline __m256i acc_int32(__m256i acc) { return sum4(acc); }
 #endif
-// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k], x_i = x + i k_stride.
-template <int MT>
-inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  __m256i lo[MT], hi[MT];
-  for (int i = 0; i < MT; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
+// ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], x_i = x + i k_stride, where
+// decode(quad, &c_lo, &c_hi) gives a k-quad's 64 unsigned codes as bytes (lanes 0-31, 32-63). The int16 sums
+// (maddubs' pairs) run over Run k-quads before acc_int32 widens them: Run * 2 * max code * 127 < 32,768.
+using QuadDecoder = void (*)(const uint8_t*, __m256i*, __m256i*);
+template <int MT, int Quads, int Run, int Bytes, QuadDecoder decode>
+inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int run = 0; run < Quads / Run; ++run) {
+    __m256i lo[MT], hi[MT];
+    for (int i = 0; i < MT; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-  for (int kq = 0; kq < 8; ++kq) {
-    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * kq));
-    const __m256i c_lo = _mm256_and_si256(packed, low), c_hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+    for (int kq = Run * run; kq < Run * run + Run; ++kq) {
+      __m256i c_lo, c_hi;
+      decode(codes + Bytes * kq, &c_lo, &c_hi);
+      for (int i = 0; i < MT; ++i) {
+        const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+        lo[i] = acc_codes(lo[i], c_lo, xb);
+        hi[i] = acc_codes(hi[i], c_hi, xb);
+      }
+    }
     for (int i = 0; i < MT; ++i) {
-      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-      lo[i] = acc_codes(lo[i], c_lo, xb);
-      hi[i] = acc_codes(hi[i], c_hi, xb);
+      ip[i].lo = _mm256_add_epi32(ip[i].lo, acc_int32(lo[i]));
+      ip[i].hi = _mm256_add_epi32(ip[i].hi, acc_int32(hi[i]));
     }
   }
-  for (int i = 0; i < MT; ++i) ip[i] = {acc_int32(lo[i]), acc_int32(hi[i])};
+}
+// a k-quad's int4 codes: bytes 0-31 hold lanes 0-31 in their low nibbles, lanes 32-63 in their high ones
+inline void int4_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)), low = _mm256_set1_epi8(0x0F);
+  *c_lo = _mm256_and_si256(packed, low);
+  *c_hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+}
+// one group of 32 k (8 k-quads of 32 bytes); codes up to 15: int16 sums over all 8 (30,480)
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 8, 8, 32, int4_quad>(codes, x, k_stride, ip);
 }
 // 16 in byte l of 32 where bit l of `bits` is set, else 0
 inline __m256i fifth_bits(uint32_t bits) {
@@ -183,72 +202,36 @@ inline __m256i fifth_bits(uint32_t bits) {
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
 }
-// int5: the int4 codes plus 16 where the k-quad's fifth bit is set (bytes 32-35: rows 0-7, 36-39: rows 8-15).
-// Without VNNI, maddubs' int16 pairs (at most 2 * 31 * 127) are summed over 4 k-quads (31,496) before widening.
+// int5: the int4 codes plus 16 where the k-quad's fifth bit is set (bytes 32-35: rows 0-7, 36-39: rows 8-15)
+inline void int5_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
+  uint32_t f0, f1;
+  std::memcpy(&f0, quad + 32, 4);
+  std::memcpy(&f1, quad + 36, 4);
+  int4_quad(quad, c_lo, c_hi);
+  *c_lo = _mm256_or_si256(*c_lo, fifth_bits(f0));
+  *c_hi = _mm256_or_si256(*c_hi, fifth_bits(f1));
+}
+// one group of 32 k (8 k-quads of 40 bytes); codes up to 31: int16 sums over 4 k-quads (31,496)
 template <int MT>
 inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int half = 0; half < 2; ++half) {
-    __m256i lo[MT], hi[MT];
-    for (int i = 0; i < MT; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int kq = 4 * half; kq < 4 * half + 4; ++kq) {
-      const uint8_t* quad = codes + 40 * kq;
-      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
-      uint32_t f0, f1;
-      std::memcpy(&f0, quad + 32, 4);
-      std::memcpy(&f1, quad + 36, 4);
-      const __m256i c_lo = _mm256_or_si256(_mm256_and_si256(packed, low), fifth_bits(f0));
-      const __m256i c_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), fifth_bits(f1));
-      for (int i = 0; i < MT; ++i) {
-        const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-        lo[i] = acc_codes(lo[i], c_lo, xb);
-        hi[i] = acc_codes(hi[i], c_hi, xb);
-      }
-    }
-    for (int i = 0; i < MT; ++i) {
-      ip[i].lo = _mm256_add_epi32(ip[i].lo, acc_int32(lo[i]));
-      ip[i].hi = _mm256_add_epi32(ip[i].hi, acc_int32(hi[i]));
-    }
-  }
+  dot_codes<MT, 8, 4, 40, int5_quad>(codes, x, k_stride, ip);
 }
-// int6's high bits at bits 4-5 (bytes 32-47 of a k-quad: lane l's two at bits 2 (l / 16) of byte l % 16): lanes
-// 0-31 from bits 0-1 / 2-3 (shift left 4 / 2), lanes 32-63 from bits 4-5 / 6-7 (0 / right 2), within each byte
-inline void int6_high(const uint8_t* p, __m256i* h_lo, __m256i* h_hi) {
-  const __m256i high = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32)));
+// int6: the int4 codes plus the high bits at bits 4-5 (bytes 32-47 of a k-quad: lane l's two at bits 2 (l / 16) of
+// byte l % 16): lanes 0-31 from bits 0-1 / 2-3 (shift left 4 / 2), lanes 32-63 from bits 4-5 / 6-7 (0 / right
+// 2), each within its byte
+inline void int6_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
+  const __m256i high = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quad + 32)));
   const __m256i mask = _mm256_set1_epi8(0x30);
-  *h_lo = _mm256_and_si256(_mm256_sllv_epi32(high, _mm256_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2)), mask);
-  *h_hi = _mm256_and_si256(_mm256_srlv_epi32(high, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), mask);
+  const __m256i up = _mm256_sllv_epi32(high, _mm256_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2));
+  const __m256i down = _mm256_srlv_epi32(high, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+  int4_quad(quad, c_lo, c_hi);
+  *c_lo = _mm256_or_si256(*c_lo, _mm256_and_si256(up, mask));
+  *c_hi = _mm256_or_si256(*c_hi, _mm256_and_si256(down, mask));
 }
-// ip[i]_j = sum over one sub-block of 16 k (4 k-quads of int6 codes, 48 bytes each) of w[j][k] x_i[k]. Without
-// VNNI, maddubs' int16 pairs (at most 2 * 63 * 127) are summed over 2 k-quads (32,004) before widening.
+// one sub-block of 16 k (4 k-quads of 48 bytes); codes up to 63: int16 sums over 2 k-quads (32,004)
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int half = 0; half < 2; ++half) {
-    __m256i lo[MT], hi[MT];
-    for (int i = 0; i < MT; ++i) lo[i] = hi[i] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-    for (int kq = 2 * half; kq < 2 * half + 2; ++kq) {
-      const uint8_t* quad = codes + 48 * kq;
-      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
-      __m256i h_lo, h_hi;
-      int6_high(quad, &h_lo, &h_hi);
-      const __m256i c_lo = _mm256_or_si256(_mm256_and_si256(packed, low), h_lo);
-      const __m256i c_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), h_hi);
-      for (int i = 0; i < MT; ++i) {
-        const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-        lo[i] = acc_codes(lo[i], c_lo, xb);
-        hi[i] = acc_codes(hi[i], c_hi, xb);
-      }
-    }
-    for (int i = 0; i < MT; ++i) {
-      ip[i].lo = _mm256_add_epi32(ip[i].lo, acc_int32(lo[i]));
-      ip[i].hi = _mm256_add_epi32(ip[i].hi, acc_int32(hi[i]));
-    }
-  }
+  dot_codes<MT, 4, 2, 48, int6_quad>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
