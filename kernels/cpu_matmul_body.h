@@ -180,17 +180,23 @@ void for_row_runs(int64_t m, int64_t t0, int64_t t1, const TileFn& tile_fn) {
   }
 }
 
-// kform: the K-quant layout (see nibble_tile)
+// int4 (Bits 4) or int5 (Bits 5) tiles; kform: the K-quant layout (see nibble_tile)
+template <int Bits, typename T>
+void nibble_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, bool kform, int64_t n, int64_t t0,
+                  int64_t t1, const QuantizedX& xq, int64_t m, T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    if (kform) {
+      nibble_tile<decltype(mt)::value, Bits, true>(codes, d, mn, n, t, xq, m0, y);
+    } else {
+      nibble_tile<decltype(mt)::value, Bits, false>(codes, d, mn, n, t, xq, m0, y);
+    }
+  });
+}
+
 template <typename T>
 void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, bool kform, int64_t n, int64_t t0,
                 int64_t t1, const QuantizedX& xq, int64_t m, T* y) {
-  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    if (kform) {
-      nibble_tile<decltype(mt)::value, 4, true>(codes, d, mn, n, t, xq, m0, y);
-    } else {
-      nibble_tile<decltype(mt)::value, 4, false>(codes, d, mn, n, t, xq, m0, y);
-    }
-  });
+  nibble_tiles<4>(codes, d, mn, kform, n, t0, t1, xq, m, y);
 }
 
 // int5: the int4 layout's nibbles (32 bytes a k-quad) then the fifth bits (8 bytes: bit l of lane l, lanes in
@@ -198,13 +204,7 @@ void int4_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, boo
 template <typename T>
 void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, bool kform, int64_t n, int64_t t0,
                 int64_t t1, const QuantizedX& xq, int64_t m, T* y) {
-  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    if (kform) {
-      nibble_tile<decltype(mt)::value, 5, true>(codes, d, mn, n, t, xq, m0, y);
-    } else {
-      nibble_tile<decltype(mt)::value, 5, false>(codes, d, mn, n, t, xq, m0, y);
-    }
-  });
+  nibble_tiles<5>(codes, d, mn, kform, n, t0, t1, xq, m, y);
 }
 
 template <typename T>

@@ -103,32 +103,35 @@ inline __m512i int4_quad(const uint8_t* p) {
   const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
   return _mm512_and_si512(both, _mm512_set1_epi8(0x0F));
 }
-// ip[i]_j = sum over one group of 32 k (8 k-quads of codes) of w[j][k] x_i[k], x_i = x + i k_stride (VNNI)
-template <int MT>
-inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+// ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], x_i = x + i k_stride, where decode(quad)
+// gives a k-quad's 64 unsigned codes as bytes (VNNI)
+using QuadDecoder = __m512i (*)(const uint8_t*);
+template <int MT, int Quads, int Bytes, QuadDecoder decode>
+inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
 #pragma GCC unroll 8
-  for (int kq = 0; kq < 8; ++kq) {
-    const __m512i wq = int4_quad(codes + 32 * kq);
+  for (int kq = 0; kq < Quads; ++kq) {
+    const __m512i wq = decode(codes + Bytes * kq);
     for (int i = 0; i < MT; ++i) {
       ip[i].v = _mm512_dpbusd_epi32(ip[i].v, wq, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
     }
   }
 }
+// one group of 32 k (8 k-quads of 32 bytes)
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 8, 32, int4_quad>(codes, x, k_stride, ip);
+}
 // int5: a k-quad's nibbles as int4_quad's, plus 16 where its fifth bit (8 bytes, bit l for lane l) is set
+inline __m512i int5_quad(const uint8_t* quad) {
+  uint64_t fifth;
+  std::memcpy(&fifth, quad + 32, 8);
+  return _mm512_or_si512(int4_quad(quad), _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(16)));
+}
+// one group of 32 k (8 k-quads of 40 bytes)
 template <int MT>
 inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-#pragma GCC unroll 8
-  for (int kq = 0; kq < 8; ++kq) {
-    const uint8_t* quad = codes + 40 * kq;
-    uint64_t fifth;
-    std::memcpy(&fifth, quad + 32, 8);
-    const __m512i wq = _mm512_or_si512(int4_quad(quad), _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(16)));
-    for (int i = 0; i < MT; ++i) {
-      ip[i].v = _mm512_dpbusd_epi32(ip[i].v, wq, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
-    }
-  }
+  dot_codes<MT, 8, 40, int5_quad>(codes, x, k_stride, ip);
 }
 // int6: a k-quad's nibbles as int4_quad's, plus its high bits (bytes 32-47: lane l's two at bits 2 (l / 16) of
 // byte l % 16) at bits 4-5; 128-bit lane j of the broadcast holds lanes 16 j.. so shifts by 4, 2, 0, -2 bring
@@ -139,17 +142,10 @@ inline __m512i int6_quad(const uint8_t* p) {
   const __m512i down = _mm512_srlv_epi32(up, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2));
   return _mm512_or_si512(int4_quad(p), _mm512_and_si512(down, _mm512_set1_epi8(0x30)));
 }
-// ip[i]_j = sum over one sub-block of 16 k (4 k-quads of int6 codes, 48 bytes each) of w[j][k] x_i[k]
+// one sub-block of 16 k (4 k-quads of 48 bytes)
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-#pragma GCC unroll 4
-  for (int kq = 0; kq < 4; ++kq) {
-    const __m512i wq = int6_quad(codes + 48 * kq);
-    for (int i = 0; i < MT; ++i) {
-      ip[i].v = _mm512_dpbusd_epi32(ip[i].v, wq, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
-    }
-  }
+  dot_codes<MT, 4, 48, int6_quad>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) { return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
 inline I16 imadd(I16 a, I16 b, I16 c) { return {_mm512_add_epi32(_mm512_mullo_epi32(a.v, b.v), c.v)}; }  // a b + c

@@ -155,22 +155,33 @@ inline int8x16_t four_bytes(const int8_t* p) {  // x[0..3] in every 32-bit lane
   std::memcpy(&v, p, 4);
   return vreinterpretq_s8_s32(vdupq_n_s32(v));
 }
-// ip[i]_j = sum over one group of 32 k (8 k-quads of codes, 32 bytes each) of w[j][k] x_i[k]: byte p of a
-// k-quad holds row p / 4's code in its low nibble and row 8 + p / 4's in its high nibble, so sdot over
-// bytes 0-15 / 16-31 gives rows 0-3 / 4-7 (low) and 8-11 / 12-15 (high). Codes 0..15 are valid int8.
-template <int MT>
-inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  const uint8x16_t low = vdupq_n_u8(0x0F);
+// ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], where decode(quad, w) gives a k-quad's
+// 64 codes as four vectors of bytes: rows 0-3, 4-7 (the low nibbles of bytes 0-15, 16-31), 8-11, 12-15 (their high
+// nibbles), 4 consecutive k each, so sdot against x's 4 bytes gives 4 rows. Codes below 128 are valid int8.
+using QuadDecoder = void (*)(const uint8_t*, int8x16_t*);
+template <int MT, int Quads, int Bytes, QuadDecoder decode>
+inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 8; ++kq) {
-    const uint8x16_t c0 = vld1q_u8(codes + 32 * kq), c1 = vld1q_u8(codes + 32 * kq + 16);
-    const int8x16_t w[4] = {vreinterpretq_s8_u8(vandq_u8(c0, low)), vreinterpretq_s8_u8(vandq_u8(c1, low)),
-                            vreinterpretq_s8_u8(vshrq_n_u8(c0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(c1, 4))};
+  for (int kq = 0; kq < Quads; ++kq) {
+    int8x16_t w[4];
+    decode(codes + Bytes * kq, w);
     for (int i = 0; i < MT; ++i) {
       const int8x16_t xb = four_bytes(x + i * k_stride + 4 * kq);
       for (int j = 0; j < 4; ++j) ip[i].q[j] = vdotq_s32(ip[i].q[j], w[j], xb);
     }
   }
+}
+inline void int4_quad(const uint8_t* quad, int8x16_t* w) {
+  const uint8x16_t low = vdupq_n_u8(0x0F), c0 = vld1q_u8(quad), c1 = vld1q_u8(quad + 16);
+  w[0] = vreinterpretq_s8_u8(vandq_u8(c0, low));
+  w[1] = vreinterpretq_s8_u8(vandq_u8(c1, low));
+  w[2] = vreinterpretq_s8_u8(vshrq_n_u8(c0, 4));
+  w[3] = vreinterpretq_s8_u8(vshrq_n_u8(c1, 4));
+}
+// one group of 32 k (8 k-quads of 32 bytes)
+template <int MT>
+inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 8, 32, int4_quad>(codes, x, k_stride, ip);
 }
 // 16 in byte l of 16 where bit l of the two bytes at p is set, else 0
 inline uint8x16_t fifth_bits(const uint8_t* p) {
@@ -179,41 +190,27 @@ inline uint8x16_t fifth_bits(const uint8_t* p) {
   return vandq_u8(vtstq_u8(spread, vld1q_u8(kBit)), vdupq_n_u8(16));
 }
 // int5: the int4 codes plus 16 where the k-quad's fifth bit (bytes 32-39, bit l for lane l) is set
+inline void int5_quad(const uint8_t* quad, int8x16_t* w) {
+  int4_quad(quad, w);
+  for (int j = 0; j < 4; ++j) w[j] = vorrq_s8(w[j], vreinterpretq_s8_u8(fifth_bits(quad + 32 + 2 * j)));
+}
+// one group of 32 k (8 k-quads of 40 bytes)
 template <int MT>
 inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  const uint8x16_t low = vdupq_n_u8(0x0F);
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 8; ++kq) {
-    const uint8_t* quad = codes + 40 * kq;
-    const uint8x16_t c0 = vld1q_u8(quad), c1 = vld1q_u8(quad + 16);
-    const int8x16_t w[4] = {vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c0, low), fifth_bits(quad + 32))),
-                            vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c1, low), fifth_bits(quad + 34))),
-                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c0, 4), fifth_bits(quad + 36))),
-                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c1, 4), fifth_bits(quad + 38)))};
-    for (int i = 0; i < MT; ++i) {
-      const int8x16_t xb = four_bytes(x + i * k_stride + 4 * kq);
-      for (int j = 0; j < 4; ++j) ip[i].q[j] = vdotq_s32(ip[i].q[j], w[j], xb);
-    }
-  }
+  dot_codes<MT, 8, 40, int5_quad>(codes, x, k_stride, ip);
 }
-// ip[i]_j = sum over one sub-block of 16 k (4 k-quads of int6 codes, 48 bytes each) of w[j][k] x_i[k]: the int4
-// codes plus the high bits (bytes 32-47: lane l's two at bits 2 (l / 16) of byte l % 16) at bits 4-5
+// int6: the int4 codes plus the high bits (bytes 32-47: lane l's two at bits 2 (l / 16) of byte l % 16) at bits 4-5
+inline void int6_quad(const uint8_t* quad, int8x16_t* w) {
+  const uint8x16_t h = vld1q_u8(quad + 32), mask = vdupq_n_u8(0x30);
+  const uint8x16_t high[4] = {vandq_u8(vshlq_n_u8(h, 4), mask), vandq_u8(vshlq_n_u8(h, 2), mask), vandq_u8(h, mask),
+                              vandq_u8(vshrq_n_u8(h, 2), mask)};
+  int4_quad(quad, w);
+  for (int j = 0; j < 4; ++j) w[j] = vorrq_s8(w[j], vreinterpretq_s8_u8(high[j]));
+}
+// one sub-block of 16 k (4 k-quads of 48 bytes)
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  const uint8x16_t low = vdupq_n_u8(0x0F), mask = vdupq_n_u8(0x30);
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 4; ++kq) {
-    const uint8_t* quad = codes + 48 * kq;
-    const uint8x16_t c0 = vld1q_u8(quad), c1 = vld1q_u8(quad + 16), h = vld1q_u8(quad + 32);
-    const int8x16_t w[4] = {vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c0, low), vandq_u8(vshlq_n_u8(h, 4), mask))),
-                            vreinterpretq_s8_u8(vorrq_u8(vandq_u8(c1, low), vandq_u8(vshlq_n_u8(h, 2), mask))),
-                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c0, 4), vandq_u8(h, mask))),
-                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(c1, 4), vandq_u8(vshrq_n_u8(h, 2), mask)))};
-    for (int i = 0; i < MT; ++i) {
-      const int8x16_t xb = four_bytes(x + i * k_stride + 4 * kq);
-      for (int j = 0; j < 4; ++j) ip[i].q[j] = vdotq_s32(ip[i].q[j], w[j], xb);
-    }
-  }
+  dot_codes<MT, 4, 48, int6_quad>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) {
   const int8x16_t v = vld1q_s8(p);
