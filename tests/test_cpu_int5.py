@@ -12,7 +12,7 @@ import torch
 from radixlm.kernels import cpu_ext
 from radixlm.kernels import cpu_matmul as ck
 
-from .test_cpu_kernels import PATH_PARAMS, built, isa, same_on_every_path
+from .test_cpu_kernels import PATH_PARAMS, assert_close_to_reference, built, isa, same_on_every_path
 
 
 def int5_weight(n: int, k: int, gen: torch.Generator, top: int = 31):
@@ -42,8 +42,7 @@ def test_int5_matches_its_torch_reference(path, rows, dtype):
     x[0, :64] = 0  # an all-zero block (scale 0)
     got, want = ck.int5_linear(x, codes, d, mn, isa(path)), ck.int5_linear_torch(x, codes, d, mn)
     assert got.dtype == dtype and got.shape == (rows, 96)
-    tol = 1e-5 if dtype == torch.float32 else 2**-7
-    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+    assert_close_to_reference(got, want)
 
 
 @built
@@ -112,8 +111,7 @@ def test_k_quant_layout_matches_its_reference_and_the_float16_layout(path, bits,
     linear = ck.int4_linear if bits == 4 else ck.int5_linear
     got = linear(x, *kform, isa(path))
     want = (ck.int4_linear_torch if bits == 4 else ck.int5_linear_torch)(x, *kform)
-    tol = 1e-5 if x.dtype == torch.float32 else 2**-7
-    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+    assert_close_to_reference(got, want)
     per32 = (d.repeat_interleave(8, 1) * sc.float(), -dmin.repeat_interleave(8, 1) * m.float())
     plain = ck.pack_int4(q, *per32) if bits == 4 else ck.pack_int5(q, *per32)
     assert torch.equal(got, linear(x, *plain, isa(path)))

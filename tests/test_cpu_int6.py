@@ -11,7 +11,7 @@ import torch
 from radixlm.kernels import cpu_ext
 from radixlm.kernels import cpu_matmul as ck
 
-from .test_cpu_kernels import PATH_PARAMS, built, isa, same_on_every_path
+from .test_cpu_kernels import PATH_PARAMS, assert_close_to_reference, built, isa, same_on_every_path
 
 
 def int6_weight(n: int, k: int, gen: torch.Generator):
@@ -46,8 +46,7 @@ def test_int6_matches_its_torch_reference(path, rows, dtype):
     x[0, :64] = 0  # an all-zero block (scale 0)
     got, want = ck.int6_linear(x, codes, d, isa(path)), ck.int6_linear_torch(x, codes, d)
     assert got.dtype == dtype and got.shape == (rows, 96)
-    tol = 1e-5 if dtype == torch.float32 else 2**-7
-    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+    assert_close_to_reference(got, want)
 
 
 @built

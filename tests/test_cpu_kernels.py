@@ -42,6 +42,12 @@ def same_on_every_path(fn):
     return results[0]
 
 
+def assert_close_to_reference(got: torch.Tensor, want: torch.Tensor) -> None:
+    """A quantized matmul against its torch reference: float32 sums in another order; one bfloat16 rounding."""
+    tol = 1e-5 if got.dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+
+
 def _int4_weight(n: int, k: int, gen: torch.Generator):
     q = torch.randint(0, 16, (n, k), generator=gen)
     d = torch.rand(n, k // 32, generator=gen) * 0.02
@@ -125,8 +131,7 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
     for got, want in ((ck.int4_linear(x, codes, d, mn, isa(path)), ck.int4_linear_torch(x, codes, d, mn)),
                       (ck.int8_linear(x, q8, d8, isa(path)), ck.int8_linear_torch(x, q8, d8))):
         assert got.dtype == dtype and got.shape == (rows, n)
-        tol = 1e-5 if dtype == torch.float32 else 2**-7  # float32 sums in another order; one bf16 rounding
-        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+        assert_close_to_reference(got, want)
 
 
 @built
