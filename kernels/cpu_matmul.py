@@ -58,25 +58,48 @@ def _untile(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(1, 2).reshape(nt * 16, kq * 4)
 
 
+def _nibbles(q: torch.Tensor) -> torch.Tensor:
+    """codes q [N, K] in [0, 15] -> uint8 [N / 16, K / 4, 32]: rows 0-7 of a tile in the low nibbles, 8-15 in
+    the high (lane l = 4 row + k % 4)."""
+    t = _tiles(q.to(torch.uint8))
+    return (t[:, :, :8].reshape(*t.shape[:2], 32) | (t[:, :, 8:].reshape(*t.shape[:2], 32) << 4)).contiguous()
+
+
+def _unnibble(codes: torch.Tensor) -> torch.Tensor:
+    """The inverse of _nibbles -> q uint8 [N, K]."""
+    nt, kq = codes.shape[:2]
+    return _untile(torch.cat(((codes & 15).view(nt, kq, 8, 4), (codes >> 4).view(nt, kq, 8, 4)), dim=2))
+
+
+def _five_bit(q: torch.Tensor) -> torch.Tensor:
+    """codes q [N, K] in [0, 31] -> uint8 [N / 16, K / 4, 40]: per k-quad _nibbles' 32 bytes of the low 4 bits,
+    then 8 bytes holding lane l's fifth bit as bit l."""
+    q = q.to(torch.uint8)
+    t = _tiles(q >> 4)  # [N / 16, K / 4, 16, 4]: lane 4 row + k, rows 0-7 then 8-15, as the nibbles
+    weights = (1 << torch.arange(8, dtype=torch.uint8))
+    fifth = (t.reshape(*t.shape[:2], 8, 8) * weights).sum(-1, dtype=torch.uint8)  # [N / 16, K / 4, 8]
+    return torch.cat((_nibbles(q & 15), fifth), dim=2).contiguous()
+
+
+def _unfive(codes: torch.Tensor) -> torch.Tensor:
+    """The inverse of _five_bit -> q uint8 [N, K]."""
+    bits = (codes[:, :, 32:, None] >> torch.arange(8, dtype=torch.uint8)) & 1  # [N / 16, K / 4, 8, 8]: lane 8 b + i
+    high = _untile(bits.reshape(*codes.shape[:2], 16, 4))
+    return _unnibble(codes[:, :, :32].contiguous()) | (high << 4)
+
+
 def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     """codes q [N, K] in [0, 15], d and mn [N, K / 32] -> the kernel's (codes uint8 [N / 16, K / 4, 32],
     d float16 [N / 16, K / 32, 16], mn likewise or None): rows 0-7 of a tile in the low nibbles, 8-15 in
     the high."""
-    t = _tiles(q.to(torch.uint8))
-    codes = t[:, :, :8].reshape(*t.shape[:2], 32) | (t[:, :, 8:].reshape(*t.shape[:2], 32) << 4)
-    return codes.contiguous(), _pack_scales(d), None if mn is None else _pack_scales(mn)
+    return _nibbles(q), _pack_scales(d), None if mn is None else _pack_scales(mn)
 
 
 def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """codes q [N, K] in [0, 31], d and mn [N, K / 32] -> the kernel's (codes uint8 [N / 16, K / 4, 40], d, mn
     float16 [N / 16, K / 32, 16]): per k-quad pack_int4's 32 bytes of the low 4 bits, then 8 bytes holding lane
     l's fifth bit as bit l, the lanes in the nibbles' order (rows 0-7 of the low nibbles, then 8-15)."""
-    q = q.to(torch.uint8)
-    nibbles, dp, mp = pack_int4(q & 15, d, mn)
-    t = _tiles(q >> 4)  # [N / 16, K / 4, 16, 4]: lane 4 row + k, rows 0-7 then 8-15, as the nibbles
-    weights = (1 << torch.arange(8, dtype=torch.uint8))
-    fifth = (t.reshape(*t.shape[:2], 8, 8) * weights).sum(-1, dtype=torch.uint8)  # [N / 16, K / 4, 8]
-    return torch.cat((nibbles, fifth), dim=2).contiguous(), dp, mp
+    return _five_bit(q), _pack_scales(d), _pack_scales(mn)
 
 
 KFORM_BYTES = {4: 288, 5: 352}  # bytes a group of 32 in the K-quant layout: the codes, then 16 scales, 16 minimums
@@ -91,9 +114,7 @@ def pack_kquant(q: torch.Tensor, sc: torch.Tensor, m: torch.Tensor, d: torch.Ten
     n, k = q.shape
     if k % SUPER:
         raise ValueError(f"K-quant weights need K divisible by {SUPER}, got [{n}, {k}]")
-    zeros = torch.zeros(n, k // GROUP)
-    codes = (pack_int4(q, zeros, None) if bits == 4 else pack_int5(q, zeros, zeros))[0]
-    per_group = codes.view(n // 16, k // GROUP, -1)
+    per_group = (_nibbles(q) if bits == 4 else _five_bit(q)).view(n // 16, k // GROUP, -1)
     tiles = [v.to(torch.uint8).view(n // 16, 16, k // GROUP).transpose(1, 2) for v in (sc, m)]
     return torch.cat((per_group, *tiles), dim=2).contiguous(), _pack_scales(d), _pack_scales(-dmin.float())
 
@@ -103,8 +124,7 @@ def unpack_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tup
     nt, groups, size = codes.shape
     quad = 32 if size == KFORM_BYTES[4] else 40
     quads = codes[:, :, :8 * quad].reshape(nt, groups * 8, quad).contiguous()
-    zeros = torch.zeros(nt, groups, 16)
-    q = (unpack_int4(quads, zeros, None) if quad == 32 else unpack_int5(quads, zeros, zeros))[0]
+    q = _unnibble(quads) if quad == 32 else _unfive(quads)
     sc, m = (codes[:, :, 8 * quad + 16 * j:8 * quad + 16 * (j + 1)].transpose(1, 2).reshape(nt * 16, groups)
              for j in (0, 1))
     return q, sc, m, _unpack_scales(d), _unpack_scales(mn)
@@ -122,10 +142,7 @@ def dequantize_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) ->
 
 def unpack_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The inverse of pack_int5 -> (q uint8 [N, K], d [N, K / 32], mn likewise)."""
-    low, d, mn = unpack_int4(codes[:, :, :32].contiguous(), d, mn)
-    bits = (codes[:, :, 32:, None] >> torch.arange(8, dtype=torch.uint8)) & 1  # [N / 16, K / 4, 8, 8]: lane 8 b + i
-    high = _untile(bits.reshape(*codes.shape[:2], 16, 4))
-    return low | (high << 4), d, mn
+    return _unfive(codes), _unpack_scales(d), _unpack_scales(mn)
 
 
 def dequantize_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
@@ -145,7 +162,7 @@ def pack_int6(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch
     if k % SUPER:
         raise ValueError(f"int6 weights need K divisible by {SUPER}, got [{n}, {k}]")
     q = q.to(torch.uint8)
-    nibbles = pack_int4(q & 15, torch.zeros(n, k // GROUP), None)[0]  # [N / 16, K / 4, 32]
+    nibbles = _nibbles(q & 15)  # [N / 16, K / 4, 32]
     lanes = _tiles(q >> 4).reshape(n // 16, k // 4, 4, 16)  # lane 16 j + p at [.., j, p]
     high = (lanes << torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]).sum(2, dtype=torch.uint8)
     quads = torch.cat((nibbles, high), dim=2).view(n // 16, k // SUB, 4 * 48)
@@ -157,7 +174,7 @@ def unpack_int6(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...
     """The inverse of pack_int6 -> (q uint8 [N, K], sc int8 [N, K / 16], d float16 [N, K / 256])."""
     nt, subs = codes.shape[:2]
     quads = codes[:, :, :192].reshape(nt, subs * 4, 48)
-    low = unpack_int4(quads[:, :, :32].contiguous(), torch.zeros(nt, subs * 4 // 8, 16), None)[0]
+    low = _unnibble(quads[:, :, :32].contiguous())
     lanes = (quads[:, :, 32:, None] >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)) & 3  # [.., p, j]
     high = _untile(lanes.transpose(2, 3).reshape(nt, subs * 4, 16, 4))
     sc = codes[:, :, 192:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, subs)
@@ -182,7 +199,7 @@ def int6_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor) -> torch.
     kk = torch.arange(4)
     nib = quads.gather(2, (4 * (r % 8))[:, None, None] + kk.expand(t, subs * 4, 4))
     nib = (nib >> (4 * (r >= 8)).to(torch.uint8)[:, None, None]) & 15
-    hi = quads.gather(2, 32 + ((4 * r)[:, None, None] + kk) % 16 + torch.zeros(t, subs * 4, 4, dtype=torch.long))
+    hi = quads.gather(2, (32 + ((4 * r)[:, None, None] + kk) % 16).expand(t, subs * 4, 4))
     hi = (hi >> (2 * (r // 4)).to(torch.uint8)[:, None, None]) & 3
     q = (nib | (hi << 4)).view(t, subs, SUB).float() - 32
     sc = codes[tile, :, 192:].contiguous().view(torch.int8)[torch.arange(t), :, r].float()  # [T, K / 16]
@@ -236,10 +253,7 @@ def dequantize_int8(packed: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 
 def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     """The inverse of pack_int4 -> (q uint8 [N, K], d [N, K / 32], mn likewise, -8 d without minimums)."""
-    nt, kq = codes.shape[:2]
-    low, high = (codes & 15).view(nt, kq, 8, 4), (codes >> 4).view(nt, kq, 8, 4)
-    q = _untile(torch.cat((low, high), dim=2))
-    return q, _unpack_scales(d), _unpack_scales(d) * -8 if mn is None else _unpack_scales(mn)
+    return _unnibble(codes), _unpack_scales(d), _unpack_scales(d) * -8 if mn is None else _unpack_scales(mn)
 
 
 def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:

@@ -124,7 +124,7 @@ class QuantizableLinear(nn.Module):
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path. ``mixed``:
         loaded blocks keep their width (int4, int5, int6 or int8), dense weights become int4."""
         b = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
-        if b is not None and b.kq is not None and b.bits in (4, 5) and b.shape[1] % 256 == 0:
+        if b is not None and b.kq is not None:  # Q4_K / Q5_K with their own scales (int4 / int5)
             self.quant = QuantWeight.from_kquant(b.q, b.kq, b.bits, self.weight.dtype, isa)
         elif b is not None and b.bits == 4:
             self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)

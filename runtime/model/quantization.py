@@ -40,8 +40,10 @@ class QuantWeight:
     backend native (16-row tiles, see cpu_matmul; ``isa`` its path): int8: data [N / 16, K / 4, 16, 4], scales
     float16 [N / 16, K / 32, 16] (w = d q per group of 32, GGUF's Q8_0); int4: data uint8 [N / 16, K / 4, 32],
     scales and mins float16 [N / 16, K / 32, 16] (w = d q + mn; mins None for Q4_0's w = d (q - 8)); int5
-    (from GGUF's 5-bit types only): data uint8 [N / 16, K / 4, 40], scales and mins as int4's; int6 (GGUF's Q6_K
-    only): data uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; dense:
+    (from GGUF's 5-bit types only): data uint8 [N / 16, K / 4, 40], scales and mins as int4's; int4 / int5 from
+    Q4_K / Q5_K in the K-quant layout: data [N / 16, K / 32, 288 or 352] (each group's codes, then its 6-bit
+    scales and minimums), scales d and mins -dmin float16 [N / 16, K / 256, 16]; int6 (GGUF's Q6_K only): data
+    uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
     models: ``tile_dense``)."""
 
