@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from machine_limits import read_bandwidth  # noqa: E402
 
 from radixlm.runtime.engine import Engine  # noqa: E402
+from radixlm.runtime.model.weight_arena import weight_tensors  # noqa: E402
 
 from common import cpu_description  # noqa: E402
 
@@ -75,7 +76,7 @@ def step_bytes(engine: Engine) -> int:
     for module in [*engine.model.layers.modules(), engine.model.lm_head]:
         quant = getattr(module, "quant", None)
         if quant is not None:
-            total += sum(t.numel() * t.element_size() for t in (quant.data, quant.scales, quant.mins) if t is not None)
+            total += sum(t.numel() * t.element_size() for t in weight_tensors(quant))
         elif getattr(module, "weight", None) is not None and module.weight.dim() == 2:
             total += module.weight.numel() * module.weight.element_size()
     return total

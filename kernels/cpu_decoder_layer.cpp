@@ -5,11 +5,12 @@
 // ops of cpu_matmul, cpu_decode_attention and cpu_norm_act, plus the rotary embedding and KV store of
 // cpu_rope_body.h. Python reference: runtime/model/llama.py (the same math with torch's ops).
 //
-// Weights: 15 per layer, norm1 [H], qkv (data, scales, mins), qkv bias (or empty), o (3), norm2 [H],
-// gate_up (3), down (3) in cpu_matmul's int4 (uint8 codes, d, mn or empty), int5 (uint8 codes, d, mn), int6
-// (uint8 codes, d, unused), int8 (int8 q, d, unused) or dense (float tiles, unused, unused) layouts, each matrix its
-// own (a Q4_K_M file mixes them), but all quantized or all dense; k_caches, v_caches the layers' head-major pools
-// [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
+// Weights: 21 per layer, norm1 [H], qkv (data, scales, mins), qkv's tail (3), qkv bias (or empty), o (3), norm2
+// [H], gate_up (3), gate_up's tail (3), down (3) in cpu_matmul's int4 (uint8 codes, d, mn or empty), int5 (uint8
+// codes, d, mn), int6 (uint8 codes, d, unused), int8 (int8 q, d, unused) or dense (float tiles, unused, unused)
+// layouts, each matrix its own (a Q4_K_M file mixes them), but all quantized or all dense. A tail (all three
+// empty if none) is a stacked matrix's last rows where they come in another width than the rows before them (a
+// Q4_K_M file's v in Q6_K after q and k in Q4_K). k_caches, v_caches: the layers' head-major pools [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
 // residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens.
 // Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
 // requests' slot rows [R, L], lens = seq_lens [R], ext_lens [R].
@@ -20,7 +21,9 @@
 #include <torch/custom_class.h>
 
 #include <array>
+#include <cmath>
 #include <iterator>
+#include <optional>
 
 #define RADIXLM_BODY "cpu_rope_body.h"
 #include "cpu_foreach_isa.h"
@@ -28,7 +31,7 @@
 namespace radixlm_cpu {
 namespace {
 
-constexpr int kWeights = 15;
+constexpr int kWeights = 21;
 
 // Tokens [p.r0, p.r1), heads [p.u0, p.u1) of the Hq query then Hkv KV heads of qkv + bias (bias empty: none):
 // q rotated into q [T, Hq, D]; k rotated and v stored into the pools. No torch op: this runs on the region's
@@ -75,10 +78,19 @@ void check_layer(const at::Tensor& x, const at::Tensor& residual, const at::Tens
   TORCH_CHECK(loc.numel() == t && loc.scalar_type() == at::kLong && loc.is_contiguous(), "loc must be int64 [T]");
 }
 
-// One layer's weights (views of the op's list, 15 per layer).
+// A layer's matrix: a weight, and its last rows in another width where it has them.
+struct Matrix {
+  QuantWeightRef w;
+  std::optional<QuantWeightRef> tail;
+  int64_t n() const { return w.n() + (tail ? tail->n() : 0); }
+  int64_t k() const { return w.k(); }
+  int64_t bits() const { return w.bits; }  // the activations' preparation (the tail's is the same)
+};
+
+// One layer's weights (views of the op's list, 21 per layer).
 struct LayerWeights {
   const at::Tensor &norm1, &bias, &norm2;
-  QuantWeightRef qkv, o, gate_up, down;
+  Matrix qkv, o, gate_up, down;
 };
 
 // A matrix's bits from its data: uint8 int4 codes (32 bytes a k-quad, or 288 a group in the K-quant layout), int5
@@ -94,16 +106,23 @@ int64_t weight_bits(const at::Tensor& data) {
 LayerWeights layer_weights(const std::vector<at::Tensor>& w, int64_t layer) {
   const at::Tensor* l = w.data() + layer * kWeights;
   auto ref = [&](int i) { return QuantWeightRef{weight_bits(l[i]), l[i], l[i + 1], l[i + 2]}; };
-  return {l[0], l[4], l[8], ref(1), ref(5), ref(9), ref(12)};
+  auto stacked = [&](int i) {  // a weight and its tail
+    return l[i + 3].numel() > 0 ? Matrix{ref(i), ref(i + 3)} : Matrix{ref(i), std::nullopt};
+  };
+  return {l[0], l[7], l[11], stacked(1), Matrix{ref(8), std::nullopt}, stacked(12), Matrix{ref(18), std::nullopt}};
 }
 
 // hidden and dtype: the model's (its pools' dtype is the activations')
 void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType dtype, int64_t num_heads, int64_t hkv,
                          int64_t d, bool dense) {
-  for (const QuantWeightRef* wt : {&lw.qkv, &lw.o, &lw.gate_up, &lw.down}) {
-    check_weight(*wt);
-    TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int4 / int5 / int6 / int8) or all dense");
-    TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
+  for (const Matrix* m : {&lw.qkv, &lw.o, &lw.gate_up, &lw.down}) {
+    for (const QuantWeightRef* wt : {&m->w, m->tail ? &*m->tail : nullptr}) {
+      if (wt == nullptr) continue;
+      check_weight(*wt);
+      TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int4 / int5 / int6 / int8) or all dense");
+      TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
+    }
+    TORCH_CHECK(!m->tail || m->tail->k() == m->k(), "a matrix's tail must have the matrix's columns");
   }
   TORCH_CHECK(lw.norm1.sizes() == lw.norm2.sizes() && lw.norm1.numel() == hidden && lw.norm1.scalar_type() == dtype,
               "norm weights must be [H] in the pools' dtype");
@@ -128,8 +147,9 @@ LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, const LayerWeight
   const int64_t qkv_n = lw.qkv.n(), q_n = num_heads * d, inter = lw.down.k();
   const int64_t sizes[] = {t * hidden * elem, t * qkv_n * elem, t * q_n * elem, t * q_n * elem, t * hidden * elem,
                            t * hidden * elem, t * 2 * inter * elem, t * inter * elem,
-                           Activations::bytes(t, hidden, lw.qkv.bits), Activations::bytes(t, q_n, lw.o.bits),
-                           Activations::bytes(t, hidden, lw.gate_up.bits), Activations::bytes(t, inter, lw.down.bits)};
+                           Activations::bytes(t, hidden, lw.qkv.bits()), Activations::bytes(t, q_n, lw.o.bits()),
+                           Activations::bytes(t, hidden, lw.gate_up.bits()),
+                           Activations::bytes(t, inter, lw.down.bits())};
   int64_t total = 64;
   for (int64_t n : sizes) total += QuantizedX::aligned(n);
   if (workspace.numel() < total) workspace.resize_({total});
@@ -143,8 +163,30 @@ LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, const LayerWeight
   auto view = [&](int i, at::IntArrayRef shape) { return at::from_blob(buf[i], shape, opts); };
   return {view(0, {t, hidden}), view(1, {t, qkv_n}), view(2, {t, num_heads, d}), view(3, {t, q_n}),
           view(4, {t, hidden}), view(5, {t, hidden}), view(6, {t, 2 * inter}), view(7, {t, inter}),
-          Activations::at(buf[8], t, hidden, lw.qkv.bits), Activations::at(buf[9], t, q_n, lw.o.bits),
-          Activations::at(buf[10], t, hidden, lw.gate_up.bits), Activations::at(buf[11], t, inter, lw.down.bits)};
+          Activations::at(buf[8], t, hidden, lw.qkv.bits()), Activations::at(buf[9], t, q_n, lw.o.bits()),
+          Activations::at(buf[10], t, hidden, lw.gate_up.bits()),
+          Activations::at(buf[11], t, inter, lw.down.bits())};
+}
+
+// Thread tid's share of y = x W^T for one of the layer's matrices. With a tail (rows in another width) the tiles
+// split so that each of the nt threads reads about the same bytes (a tile of the wider part costs more). Tiles
+// are computed alone, so the split never changes bits.
+void matrix_tiles(const Matrix& m, const Activations& xq, at::Tensor& y, int tid, int nt, int64_t isa) {
+  const int64_t nh = m.w.n() / 16;
+  if (!m.tail) {
+    auto [t0, t1] = thread_part(nh, tid, nt);
+    if (t0 < t1) linear_tiles(m.w, xq, t0, t1, y, 0, isa);
+    return;
+  }
+  const int64_t ntl = m.tail->n() / 16;
+  const double ch = static_cast<double>(m.w.nbytes()) / nh, ct = static_cast<double>(m.tail->nbytes()) / ntl;
+  auto first_tile = [&](int i) -> int64_t {  // thread i's first tile (nh + ntl for i = nt)
+    const double c = (nh * ch + ntl * ct) * i / nt;
+    return c <= nh * ch ? std::llround(c / ch) : nh + std::min<int64_t>(ntl, std::llround((c - nh * ch) / ct));
+  };
+  const int64_t b = first_tile(tid), e = first_tile(tid + 1);
+  if (b < std::min(e, nh)) linear_tiles(m.w, xq, b, std::min(e, nh), y, 0, isa);
+  if (std::max(b, nh) < e) linear_tiles(*m.tail, xq, std::max(b, nh) - nh, e - nh, y, m.w.n(), isa);
 }
 
 // What one call's layers share: the batch's inputs and the attention tasks (the same slots in every layer).
@@ -168,13 +210,10 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   const CellPart heads = cell_part(t, b.q.size(1) + k_cache.size(0), tid, nt);
   const CellPart attn_blocks = cell_part(t, b.attn.size(1) / 64, tid, nt);
   const CellPart act_blocks = cell_part(t, b.act.size(1) / 64, tid, nt);
-  auto tiles = [&](const QuantWeightRef& wt, const Activations& xq, at::Tensor& y) {
-    auto [t0, t1] = thread_part(wt.n() / 16, tid, nt);
-    if (t0 < t1) linear_tiles(wt, xq, t0, t1, y, c.isa);
-  };
+  auto tiles = [&](const Matrix& m, const Activations& xq, at::Tensor& y) { matrix_tiles(m, xq, y, tid, nt, c.isa); };
   if (!norm_rows.empty()) {
     rms_norm_range(c.x, &c.residual, lw.norm1, c.eps, r0, r1, b.h, c.isa);
-    prepare_range(b.h, norm_rows, b.xh, lw.qkv.bits, c.isa);
+    prepare_range(b.h, norm_rows, b.xh, lw.qkv.bits(), c.isa);
   }
 #pragma omp barrier
   tiles(lw.qkv, b.xh, b.qkv);
@@ -185,13 +224,13 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
   run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
 #pragma omp barrier
-  if (!attn_blocks.empty()) prepare_range(b.attn, attn_blocks, b.xattn, lw.o.bits, c.isa);
+  if (!attn_blocks.empty()) prepare_range(b.attn, attn_blocks, b.xattn, lw.o.bits(), c.isa);
 #pragma omp barrier
   tiles(lw.o, b.xattn, b.o);
 #pragma omp barrier
   if (!norm_rows.empty()) {
     rms_norm_range(b.o, &c.residual, lw.norm2, c.eps, r0, r1, b.h2, c.isa);
-    prepare_range(b.h2, norm_rows, b.xh2, lw.gate_up.bits, c.isa);
+    prepare_range(b.h2, norm_rows, b.xh2, lw.gate_up.bits(), c.isa);
   }
 #pragma omp barrier
   tiles(lw.gate_up, b.xh2, b.gu);
@@ -199,7 +238,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   if (!act_blocks.empty()) {
     const CellPart& a = act_blocks;
     silu_mul_range(b.gu, a.r0, a.r1, a.u0 * 64, a.u1 * 64, b.act, c.isa);
-    prepare_range(b.act, a, b.xact, lw.down.bits, c.isa);
+    prepare_range(b.act, a, b.xact, lw.down.bits(), c.isa);
   }
 #pragma omp barrier
   tiles(lw.down, b.xact, c.x);
@@ -257,7 +296,7 @@ class FusedLayers : public torch::CustomClassHolder {
   }
 
  private:
-  std::vector<at::Tensor> w_, k_, v_;  // 15 weights per layer; the layers' K and V pools
+  std::vector<at::Tensor> w_, k_, v_;  // 21 weights per layer; the layers' K and V pools
   double eps_;
   int64_t num_heads_;
   at::Tensor workspace_;  // the layers' buffers (carve), grown to the largest batch

@@ -52,7 +52,7 @@ at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
   const Activations a = Activations::at(memory.data(), m, k, w.bits);
   at::parallel_for(0, m, 16, [&](int64_t r0, int64_t r1) { prepare_range(x, {r0, r1, 0, k / 64}, a, w.bits, isa); });
   at::Tensor y = at::empty({m, w.n()}, x.options());
-  at::parallel_for(0, w.n() / 16, 4, [&](int64_t t0, int64_t t1) { linear_tiles(w, a, t0, t1, y, isa); });
+  at::parallel_for(0, w.n() / 16, 4, [&](int64_t t0, int64_t t1) { linear_tiles(w, a, t0, t1, y, 0, isa); });
   return y;
 }
 
@@ -116,11 +116,12 @@ void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a,
   });
 }
 
-void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa) {
-  const int64_t m = y.size(0), n = y.size(1);
+void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t col0,
+                  int64_t isa) {
+  const int64_t m = y.size(0), n = y.size(1);  // n: y's row stride; tile t writes columns col0 + 16 t ..
   dispatch_float_bf16(y, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    T* out = y.data_ptr<T>();
+    T* out = y.data_ptr<T>() + col0;
     if (w.bits == 4) {
       const at::Half* mn = w.mins.defined() && w.mins.numel() > 0 ? w.mins.data_ptr<at::Half>() : nullptr;
       RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, w.kform(), n,

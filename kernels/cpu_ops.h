@@ -22,6 +22,9 @@ struct QuantWeightRef {
   at::Tensor data, scales, mins;
   int64_t n() const;  // output rows
   int64_t k() const;  // input columns
+  int64_t nbytes() const {  // what a pass over it reads
+    return data.nbytes() + scales.nbytes() + (mins.defined() ? mins.nbytes() : 0);
+  }
   bool kform() const {  // int4 / int5 codes in the K-quant layout (each group's scales inline, d and -dmin per 256)
     return (bits == 4 || bits == 5) && data.dim() == 3 && data.size(2) == (bits == 4 ? 288 : 352);
   }
@@ -58,9 +61,11 @@ at::Tensor int6_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),
-// then weight tiles [t0, t1) of y = x W^T from them
+// then weight tiles [t0, t1) of y = x W^T from them, into y's columns from col0 (a multiple of 16: W may be
+// the last rows of a stacked weight whose parts differ in width)
 void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa);
-void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t isa);
+void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int64_t t1, at::Tensor& y, int64_t col0,
+                  int64_t isa);
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& idx,
                             const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa);

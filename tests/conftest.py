@@ -21,6 +21,17 @@ TINY = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=
                    eos_token_ids=(255,))
 
 
+def int8_tail(q, rows: int):
+    """A native int4 QuantWeight re-made with its last ``rows`` rows as an int8 tail (as a Q4_K_M qkv keeps its
+    Q6_K v)."""
+    from radixlm.runtime.model.quantization import QuantWeight
+
+    w = q.dequantize()
+    head, tail = (QuantWeight.quantize(part, kind, q.act_dtype, q.isa)
+                  for part, kind in ((w[:-rows], "int4"), (w[-rows:], "int8")))
+    return head.with_tail(tail)
+
+
 @pytest.fixture(scope="session")
 def tiny_model():
     from radixlm.runtime.model.loader import random_model

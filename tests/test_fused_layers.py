@@ -11,9 +11,10 @@ import torch
 
 from radixlm.kernels import cpu_ext
 from radixlm.runtime.engine import Engine
+from radixlm.runtime.model.fused import FusedLayers
 from radixlm.runtime.model.loader import random_model
 
-from .conftest import TINY
+from .conftest import TINY, int8_tail
 
 pytestmark = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 HEAD64 = dataclasses.replace(TINY, num_heads=4, num_kv_heads=2, head_dim=64, hidden_size=128)
@@ -110,7 +111,7 @@ def test_the_layers_object_refuses_what_does_not_fit():
     with pytest.raises(RuntimeError, match="all quantized .* or all dense"):  # a dense o among int4 matrices
         o = e.model.layers[0].self_attn.o_proj.quant
         dense_o = torch.zeros(o.out_features // 16, o.in_features, 16, dtype=pools.k_buffer[0].dtype)
-        make(weights[:5] + [dense_o] + weights[6:], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
+        make(weights[:8] + [dense_o] + weights[9:], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
     with pytest.raises(RuntimeError, match="shapes disagree"):
         make(weights, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads * 2)
     x = torch.zeros(1, HEAD64.hidden_size, dtype=pools.k_buffer[0].dtype)
@@ -123,3 +124,42 @@ def test_the_layers_object_refuses_what_does_not_fit():
         fused.layers.run(x[:, :64].contiguous(), x[:, :64].clone(), cos, sin, loc, rows, lens, ext, 1, fused.isa)
     assert len(run(e, [[1, 2, 3]])[0]["output_ids"]) == GREEDY["max_new_tokens"]
     e.check_invariants()
+
+
+def with_tails(e: Engine) -> Engine:
+    """e (int4) with its stacked matrices' last parts in another width, as a Q4_K_M file's qkv has its v in Q6_K:
+    qkv as int4 q, k and an int8 v tail, gate_up as int4 gate and an int8 up tail; the fused layers rebuilt."""
+    cfg = e.model.cfg
+    for layer in e.model.layers:
+        for lin, rows in ((layer.self_attn.qkv_proj, cfg.num_kv_heads * cfg.head_dim),
+                          (layer.mlp.gate_up_proj, cfg.intermediate_size)):
+            lin.quant = int8_tail(lin.quant, rows)
+    if e.runner.fused is not None:
+        e.runner.fused = FusedLayers(e.model, e.runner.pool.k_buffer, e.runner.pool.v_buffer, e.runner.fused.isa)
+    return e
+
+
+def test_a_matrix_with_a_tail_in_another_width_runs_fused():
+    """Fused, the tails' tiles write after their heads' columns and split by bytes over the threads: close to the
+    same weights run layer by layer (QuantWeight.matmul), the same bits on one thread or two, and the same bits
+    alone, batched or from the cache."""
+    fused, eager = with_tails(engine(cfg=THREE_KV)), with_tails(engine(cfg=THREE_KV))
+    eager.runner.fused = None
+    assert fused.runner.fused.kinds == {"int4", "int8"}
+    prefix = [(5 * j + 1) % 250 for j in range(50)]
+    target, start = prefix + [3, 1, 4, 1, 5], len(prefix) + 1
+    got, want = run(fused, [target])[0], run(eager, [target])[0]
+    lp_got, lp_want = (torch.tensor([x[0] for x in r["meta_info"]["input_token_logprobs"][1:]]) for r in (got, want))
+    assert (lp_got - lp_want).abs().mean() < 2e-2 and got["output_ids"] == want["output_ids"]
+    alone = scores(run(fused, [target], start)[0])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert scores(run(with_tails(engine(cfg=THREE_KV)), [target], start)[0]) == alone
+    finally:
+        torch.set_num_threads(threads)
+    others = [[(11 * j) % 250 for j in range(n)] for n in (9, 33)]
+    assert scores(run(with_tails(engine(cfg=THREE_KV)), [others[0], target, others[1]], start)[1]) == alone
+    hit = run(fused, [target], start)[0]  # its prefix is in the tree since the first run
+    assert hit["meta_info"]["cached_tokens"] >= len(prefix) and scores(hit) == alone
+    fused.check_invariants()

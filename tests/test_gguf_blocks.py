@@ -113,6 +113,22 @@ def test_a_stack_of_widths_takes_the_widest_unless_told():
     assert widened.bits == 5 and torch.equal(widened.dequantize(), torch.cat([four.dequantize(), five.dequantize()]))
 
 
+def test_stack_runs_keep_the_last_width_apart():
+    """A Q4_K_M qkv (Q4_K q, k, Q6_K v) -> [int4 q k, int6 v]: every part at its own width, exactly; parts of one
+    width -> one stack; only the parts before the last run are stacked by the widest-width rule."""
+    four, five, six = (QuantBlocks.from_gguf(random_blocks(t, 16, 256, seed=s), t, [16, 256])
+                       for t, s in (("Q4_K", 0), ("Q5_K", 5), ("Q6_K", 3)))
+    head, tail = QuantBlocks.stack_runs([four, four, six])
+    assert (head.bits, tail.bits, head.shape, tail.shape) == (4, 6, (32, 256), (16, 256))
+    assert head.kq is not None and torch.equal(torch.cat([head.dequantize(), tail.dequantize()]),
+                                               torch.cat([four.dequantize()] * 2 + [six.dequantize()]))
+    assert [b.bits for b in QuantBlocks.stack_runs([four, five, five])] == [4, 5]
+    assert [b.bits for b in QuantBlocks.stack_runs([six, four, four])] == [6, 4]
+    assert [b.bits for b in QuantBlocks.stack_runs([four, six, four])] == [8, 4]  # the head widens as stack does
+    (one,) = QuantBlocks.stack_runs([five, five, five])
+    assert one.bits == 5 and one.shape == (48, 256)
+
+
 def write_mixed_file(path: str, embedding: str = "Q8_0") -> None:
     """A 2-layer Llama (hidden 256, head dim 64) laid out as llama.cpp's Q4_K_M: Q4_K matrices, Q6_K for
     layer 0's v and down (Q5_K in layer 1, as Q5_K_M files have), an ``embedding`` embedding (tied)."""
@@ -145,9 +161,10 @@ def write_mixed_file(path: str, embedding: str = "Q8_0") -> None:
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
-    """auto -> mixed: int4 where the file has 4 bits, int5 where it has 5, int6 where it has Q6_K, int8 for a qkv
-    whose v is Q6_K and q, k Q4_K (it widens with its v); the fused layers run the mix and track the file's float32 weights run dense (mean prompt logprob
-    error about 0.007 here, against about 0.05 with every matrix int4)."""
+    """auto -> mixed: int4 where the file has 4 bits, int5 where it has 5, int6 where it has Q6_K; a qkv whose v
+    is wider than its q and k keeps v as its tail (int4 q, k and int6 or int5 v); the fused layers run the mix and
+    track the file's float32 weights run dense (mean prompt logprob error about 0.007 here, against about 0.05 with
+    every matrix int4)."""
     path = str(tmp_path / "mixed.gguf")
     write_mixed_file(path)
     files = GGUFModel(path)
@@ -155,10 +172,14 @@ def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
     assert kind == "mixed" and "Q4_K/Q5_K/Q6_K" in why
     mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
                               quantization=kind, max_total_tokens=1024)
-    kinds = [[lin.quant.kind for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
-                                         layer.mlp.down_proj)] for layer in mixed.model.layers]
-    assert kinds == [["int8", "int4", "int4", "int6"], ["int5", "int4", "int4", "int5"]]
-    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int5", "int6", "int8"}
+    kinds = [[sorted(lin.quant.kinds) for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                                                  layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+             for layer in mixed.model.layers]
+    assert kinds == [[["int4", "int6"], ["int4"], ["int4"], ["int6"]], [["int4", "int5"], ["int4"], ["int4"], ["int5"]]]
+    qkv = mixed.model.layers[0].self_attn.qkv_proj.quant
+    assert (qkv.kind, qkv.tail.kind, qkv.out_features, qkv.tail.out_features) == ("int4", "int6", 512, 128)
+    assert qkv.data.shape[2] == 288  # q, k in the K-quant layout, exactly the file's
+    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int5", "int6"}
     dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
                               max_total_tokens=1024)
     narrow = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
@@ -201,8 +222,9 @@ def prompt_logprobs(e: Engine) -> torch.Tensor:
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 def test_tensor_parallel_ranks_hold_their_slices_of_the_k_quant_blocks(tmp_path):
-    """Under TP 2 each rank's stacked qkv (Q4_K q, k with a Q5_K v: int5 in the K-quant layout) is its rows of the
-    single rank's, bit for bit; the row-split down matrix (its groups would split) goes dense, then int4."""
+    """Under TP 2 each rank's stacked qkv (Q4_K q, k with a Q5_K v: int4 and an int5 tail, both in the K-quant
+    layout) is its rows of the single rank's, bit for bit; the row-split down matrix (its groups would split) goes
+    dense, then int4."""
     from radixlm.runtime.model.layers import TPInfo
     from radixlm.runtime.model.quantization import quantize_model
 
@@ -216,12 +238,12 @@ def test_tensor_parallel_ranks_hold_their_slices_of_the_k_quant_blocks(tmp_path)
         return model.layers[1]
 
     full = loaded(None).self_attn.qkv_proj.quant
-    assert full.kind == "int5" and full.data.shape[2] == 352  # the K-quant layout
+    assert (full.kind, full.tail.kind, full.data.shape[2], full.tail.data.shape[2]) == ("int4", "int5", 288, 352)
     whole = full.dequantize()
     for rank in range(2):
         layer = loaded(TPInfo(rank, 2))
         qkv = layer.self_attn.qkv_proj
         rows = torch.cat([torch.arange(start, start + size) + sum((256, 128, 128)[:i])
                           for i, (start, size) in enumerate(qkv.parts)])
-        assert qkv.quant.data.shape[2] == 352 and torch.equal(qkv.quant.dequantize(), whole[rows])
+        assert qkv.quant.tail.data.shape[2] == 352 and torch.equal(qkv.quant.dequantize(), whole[rows])
         assert layer.mlp.down_proj.quant.kind == "int4"

@@ -63,6 +63,31 @@ def test_int4_recovers_q4_1_blocks_exactly():
     assert torch.equal(q.dequantize(), w)
 
 
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_a_weight_with_a_tail_multiplies_as_its_two_parts():
+    """with_tail: the tail's rows after the weight's own, each in its own layout; the matmul and dequantize are the
+    parts' side by side; a dense or torch-backend part, other columns or a second tail are refused by name."""
+    isa = cpu_ext.resolve("auto")
+    w = torch.randn(48, 128, generator=torch.Generator().manual_seed(0))
+    head, tail = QuantWeight.quantize(w[:32], "int4", torch.float32, isa), QuantWeight.quantize(w[32:], "int8",
+                                                                                               torch.float32, isa)
+    both = head.with_tail(tail)
+    assert (both.out_features, both.kinds) == (48, {"int4", "int8"})
+    x = torch.randn(3, 128)
+    assert torch.equal(both.matmul(x), torch.cat([head.matmul(x), tail.matmul(x)], dim=1))
+    assert torch.equal(both.dequantize(), torch.cat([head.dequantize(), tail.dequantize()]))
+    with pytest.raises(ValueError, match="both parts must be quantized"):
+        head.with_tail(QuantWeight.tile_dense(w[32:], isa))
+    with pytest.raises(ValueError, match="both parts must be quantized"):
+        head.with_tail(QuantWeight.quantize(w[32:], "int8", torch.float32))  # torch's backend
+    with pytest.raises(ValueError, match="128 columns"):
+        head.with_tail(QuantWeight.quantize(w[32:, :64], "int8", torch.float32, isa))
+    with pytest.raises(ValueError, match="no tail of its own"):
+        both.with_tail(tail)
+    with pytest.raises(ValueError, match="a tail"):
+        both.rows(torch.tensor([0]))
+
+
 def test_int4_rejects_in_features_not_divisible_by_its_group():
     with pytest.raises(ValueError, match="divisible by 32"):
         quantize_int4(torch.randn(16, 48))

@@ -16,16 +16,20 @@ from radixlm.runtime.model.loader import random_model
 from radixlm.runtime.model.quantization import quantize_model
 from radixlm.runtime.model.weight_arena import HUGE_PAGE, move_to_arena, read_order, weight_tensors
 
-from .conftest import TINY
+from .conftest import TINY, int8_tail
 
 pytestmark = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 HEAD64 = dataclasses.replace(TINY, num_heads=4, num_kv_heads=2, head_dim=64, hidden_size=128)
 
 
-@pytest.mark.parametrize("kind", ["int4", "int8", "none"])
+@pytest.mark.parametrize("kind", ["int4", "int8", "none", "int4-tails"])
 def test_weights_move_in_read_order_and_multiply_the_same(kind):
+    """int4-tails: each qkv's v rows an int8 tail, which moves right after its weight."""
     model = random_model(HEAD64, seed=0)
-    quantize_model(model, kind, keep_dense=False, isa=cpu_ext.resolve("auto"))
+    quantize_model(model, kind.removesuffix("-tails"), keep_dense=False, isa=cpu_ext.resolve("auto"))
+    if kind.endswith("tails"):
+        for layer in model.layers:
+            layer.self_attn.qkv_proj.quant = int8_tail(layer.self_attn.qkv_proj.quant, 2 * 64)
     mods = read_order(model)
     expected = [_linears(layer)[p] for layer in model.layers for p in PROJECTIONS] + [model.lm_head]
     assert [id(m) for m in mods] == [id(m) for m in expected]

@@ -8,7 +8,7 @@ output for a request does not depend on the requests batched with it, nor on whe
 the cache.
 
 It takes models whose linear layers all run on radixlm's matmul kernels (int4, int5, int6 and int8, each matrix its
-own, or the dense bfloat16 tiles) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses
+own, a stacked qkv or gate_up with its last rows in another width as a tail; or the dense bfloat16 tiles) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses
 it for every batch then.
 """
 
@@ -19,8 +19,10 @@ import torch
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.model.attention.cpu_decode import DecodeMeta
 from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.model.quantization import QuantWeight
 
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
+STACKED = ("qkv", "gate_up")  # the projections FusedLayers takes with a tail (rows in another width)
 
 
 def _linears(layer) -> dict:
@@ -33,8 +35,12 @@ def fusable(model: LlamaForCausalLM) -> frozenset[str] | None:
     else None."""
     if model.tp.size != 1 or not model.layers:
         return None
-    kinds = {lin.quant.kind if lin.quant is not None and lin.quant.backend == "native" and lin.weight is None else None
-             for layer in model.layers for lin in _linears(layer).values()}
+    kinds: set[str | None] = set()
+    for layer in model.layers:
+        for name, lin in _linears(layer).items():
+            q = lin.quant
+            native = q is not None and q.backend == "native" and lin.weight is None
+            kinds |= q.kinds if native and (q.tail is None or name in STACKED) else {None}
     if None in kinds or not (kinds == {"dense"} or kinds <= {"int4", "int5", "int6", "int8"}):
         return None
     return frozenset(kinds)
@@ -47,22 +53,27 @@ class FusedLayers:
         self.kinds = fusable(model)
         if self.kinds is None:
             raise ValueError("fused layers: the model's linear layers are not all on radixlm's kernels")
-        weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 15 per layer
+        weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 21 per layer
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, k_buffer, v_buffer, model.cfg.rms_norm_eps,
                                                             model.layers[0].self_attn.num_heads)
 
     def _layer_weights(self, layer) -> list[torch.Tensor]:
-        """The layer's 15 weights for FusedLayers: norm1, qkv (3), qkv bias, o (3), norm2, gate_up (3), down (3)."""
+        """The layer's 21 weights for FusedLayers: norm1, qkv (3), qkv's tail (3), qkv bias, o (3), norm2, gate_up
+        (3), gate_up's tail (3), down (3); a missing tail or minimums are empty tensors."""
         lin = _linears(layer)
         dtype = layer.input_layernorm.weight.dtype
+        empty = torch.empty(0)
 
-        def quant(name: str) -> list[torch.Tensor]:
-            q = lin[name].quant
-            return [q.data, q.scales, q.mins if q.mins is not None else torch.empty(0)]
+        def quant(q: QuantWeight | None) -> list[torch.Tensor]:
+            if q is None:
+                return [empty] * 3
+            return [q.data, q.scales, q.mins if q.mins is not None else empty]
 
+        qkv, gate_up = lin["qkv"].quant, lin["gate_up"].quant
         bias = lin["qkv"].bias if lin["qkv"].bias is not None else torch.empty(0, dtype=dtype)
-        return [layer.input_layernorm.weight, *quant("qkv"), bias, *quant("o"), layer.post_attention_layernorm.weight,
-                *quant("gate_up"), *quant("down")]
+        return [layer.input_layernorm.weight, *quant(qkv), *quant(qkv.tail), bias, *quant(lin["o"].quant),
+                layer.post_attention_layernorm.weight, *quant(gate_up), *quant(gate_up.tail),
+                *quant(lin["down"].quant)]
 
     @torch.inference_mode()
     def run(self, batch: ForwardBatch) -> torch.Tensor:

@@ -117,7 +117,8 @@ class QuantBlocks:
     def stack(cls, parts: list[QuantBlocks], bits: int | None = None) -> QuantBlocks:
         """Row blocks one after another (a stacked qkv or gate_up) at ``bits`` bits (None: the widest part's,
         so a Q4_K q and k stacked with a Q5_K v become int5, or int8 with a Q6_K v, whose form no other width
-        shares: no part loses precision); minimums stored unless no part has any."""
+        shares: no part loses precision; stack_runs keeps such a v apart instead); minimums stored unless no part
+        has any."""
         widths = {p.bits for p in parts}
         bits = bits or (8 if 6 in widths and len(widths) > 1 else max(widths))
         parts = [p.to_bits(bits) for p in parts]
@@ -127,6 +128,16 @@ class QuantBlocks:
         mins = None if all(p.m is None for p in parts) else torch.cat([p.minimums() for p in parts])
         kq = KScales.cat([p.kq for p in parts]) if all(p.kq is not None for p in parts) else None
         return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), mins, bits, kq=kq)
+
+    @classmethod
+    def stack_runs(cls, parts: list[QuantBlocks]) -> list[QuantBlocks]:
+        """Row blocks one after another, the last run of parts of one width kept at it: [the stack] where every
+        part shares a width, else [the stack of the parts before that run, the run's stack] (a Q4_K_M qkv: q and k
+        in Q4_K, v in Q6_K), which the kernels take as a weight and its tail."""
+        j = len(parts) - 1
+        while j > 0 and parts[j - 1].bits == parts[-1].bits:
+            j -= 1
+        return [cls.stack(parts)] if j == 0 else [cls.stack(parts[:j]), cls.stack(parts[j:])]
 
     def minimums(self) -> torch.Tensor:
         if self.bits == 6:

@@ -110,6 +110,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
     return F.linear(x, weight, bias)
 
 
+def native_weight(b: QuantBlocks, act_dtype: torch.dtype, isa: int) -> QuantWeight:
+    """Loaded blocks -> the native kernels' weight at their own width, exactly."""
+    if b.kq is not None:  # Q4_K / Q5_K with their own scales (int4 / int5)
+        return QuantWeight.from_kquant(b.q, b.kq, b.bits, act_dtype, isa)
+    if b.bits == 4:
+        return QuantWeight.from_int4_codes(b.q, b.d, b.m, act_dtype, isa)
+    if b.bits == 5:
+        return QuantWeight.from_int5_codes(b.q, b.d, b.m, act_dtype, isa)
+    if b.bits == 6:
+        return QuantWeight.from_int6_codes(b.q, b.sub, b.d, act_dtype, isa)
+    return QuantWeight.from_int8_codes(b.q, b.d, act_dtype, isa)
+
+
 class QuantizableLinear(nn.Module):
     """A linear layer whose weight [N, K] can be swapped for its quantized form (``quantize``). A GGUF file's
     quantized blocks may be loaded instead of a dense weight (``blocks``, one per stacked sub-matrix): quantize
@@ -122,18 +135,12 @@ class QuantizableLinear(nn.Module):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path. ``mixed``:
-        loaded blocks keep their width (int4, int5, int6 or int8), dense weights become int4."""
-        b = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
-        if b is not None and b.kq is not None:  # Q4_K / Q5_K with their own scales (int4 / int5)
-            self.quant = QuantWeight.from_kquant(b.q, b.kq, b.bits, self.weight.dtype, isa)
-        elif b is not None and b.bits == 4:
-            self.quant = QuantWeight.from_int4_codes(b.q, b.d, b.m, self.weight.dtype, isa)
-        elif b is not None and b.bits == 5:
-            self.quant = QuantWeight.from_int5_codes(b.q, b.d, b.m, self.weight.dtype, isa)
-        elif b is not None and b.bits == 6:
-            self.quant = QuantWeight.from_int6_codes(b.q, b.sub, b.d, self.weight.dtype, isa)
-        elif b is not None:
-            self.quant = QuantWeight.from_int8_codes(b.q, b.d, self.weight.dtype, isa)
+        loaded blocks keep their width (int4, int5, int6 or int8; a stack whose last parts come in another width
+        keeps them as its tail), dense weights become int4."""
+        runs = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
+        if runs is not None:
+            head, *tail = (native_weight(b, self.weight.dtype, isa) for b in runs)
+            self.quant = head.with_tail(tail[0]) if tail else head
         if self.quant is None:
             self.materialize()
             self.quant = QuantWeight.quantize(self.weight, "int4" if kind == "mixed" else kind, self.weight.dtype, isa)
@@ -151,13 +158,15 @@ class QuantizableLinear(nn.Module):
         n, k = self.weight.shape
         return n % 16 == 0 and k % 64 == 0
 
-    def _whole_blocks(self, bits: int | None) -> QuantBlocks | None:
-        """The loaded blocks stacked at ``bits`` bits (None: the widest part's), if they are the whole weight and
-        fit the kernels."""
+    def _whole_blocks(self, bits: int | None) -> list[QuantBlocks] | None:
+        """The loaded blocks stacked at ``bits`` bits (None: each run at its own width, QuantBlocks.stack_runs), if
+        they are the whole weight and fit the kernels."""
         if not self.blocks or not self._tiles():
             return None
-        b = QuantBlocks.stack([self.blocks[i] for i in sorted(self.blocks)], bits)
-        return b if b.shape == tuple(self.weight.shape) else None  # else some parts came dense
+        parts = [self.blocks[i] for i in sorted(self.blocks)]
+        runs = [QuantBlocks.stack(parts, bits)] if bits is not None else QuantBlocks.stack_runs(parts)
+        rows = sum(b.shape[0] for b in runs)
+        return runs if (rows, runs[0].shape[1]) == tuple(self.weight.shape) else None  # else some parts came dense
 
     def load_blocks(self, shard: int, blocks: QuantBlocks) -> None:
         self.blocks = {**(self.blocks or {}), shard: blocks}

@@ -16,6 +16,7 @@ they are used at every batch size, prefill included); torch's lose to the dense 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +46,11 @@ class QuantWeight:
     scales and minimums), scales d and mins -dmin float16 [N / 16, K / 256, 16]; int6 (GGUF's Q6_K only): data
     uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
-    models: ``tile_dense``)."""
+    models: ``tile_dense``).
+
+    ``tail`` (native only): the last rows of a stacked weight whose parts differ in width (a Q4_K_M file's qkv,
+    q and k in Q4_K, v in Q6_K), each part in its own layout: data, scales, mins then hold the rows before them,
+    and out_features counts both (``with_tail``)."""
 
     kind: str
     data: torch.Tensor
@@ -57,6 +62,7 @@ class QuantWeight:
     backend: str = "torch"
     mins: torch.Tensor | None = None
     isa: int | None = None
+    tail: QuantWeight | None = None
 
     @classmethod
     def quantize(cls, w: torch.Tensor, kind: str, act_dtype: torch.dtype, isa: int | None = None) -> QuantWeight:
@@ -130,8 +136,27 @@ class QuantWeight:
         codes, d, mn = native.pack_int4(q, d, mn)
         return cls(kind, codes, d, n, k, ALL_ROWS, act_dtype, "native", mn, isa)
 
+    def with_tail(self, tail: QuantWeight) -> QuantWeight:
+        """This weight with ``tail``'s rows after its own, each in its own layout (see ``tail``)."""
+        if self.backend != "native" or tail.backend != "native" or "dense" in (self.kind, tail.kind):
+            raise ValueError("a weight's tail: both parts must be quantized on radixlm's kernels")
+        if tail.in_features != self.in_features or self.tail is not None or tail.tail is not None:
+            raise ValueError(f"a weight's tail must have its {self.in_features} columns and no tail of its own")
+        return dataclasses.replace(self, out_features=self.out_features + tail.out_features, tail=tail)
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The layouts of this weight's parts (its own and its tail's)."""
+        return frozenset({self.kind} | ({self.tail.kind} if self.tail is not None else set()))
+
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] -> x @ w^T [M, N] in x's dtype."""
+        if self.tail is not None:
+            x = x.contiguous()
+            return torch.cat([self._own_matmul(x), self.tail.matmul(x)], dim=1)
+        return self._own_matmul(x)
+
+    def _own_matmul(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "native":
             x = x.contiguous()
             if self.kind == "int8":
@@ -169,6 +194,11 @@ class QuantWeight:
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32 as the kernels see it (tests compare the kernels against this)."""
+        if self.tail is not None:
+            return torch.cat([self._own_dequantize(), self.tail.dequantize()])
+        return self._own_dequantize()
+
+    def _own_dequantize(self) -> torch.Tensor:
         if self.backend == "native" and self.kind == "int8":
             return native.dequantize_int8(self.data, self.scales)
         if self.kind == "dense":
@@ -189,8 +219,8 @@ class QuantWeight:
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup; not int5, which
         embedding tables never take)."""
-        if self.kind == "int5":
-            raise ValueError("int5 rows: an embedding table is int4, int6, int8 or dense")
+        if self.kind == "int5" or self.tail is not None:
+            raise ValueError("int5 rows, or a weight with a tail: an embedding table is int4, int6, int8 or dense")
         if self.kind == "int6":
             return native.int6_rows(self.data, self.scales, ids).to(self.act_dtype)
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k

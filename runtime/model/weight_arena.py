@@ -59,8 +59,9 @@ def read_order(model: nn.Module) -> list[nn.Module]:
 
 
 def weight_tensors(q: QuantWeight) -> list[torch.Tensor]:
-    """The tensors of ``q`` the kernels read: codes, scales, minimums (none empty or missing)."""
-    return [t for t in (q.data, q.scales, q.mins) if t is not None and t.numel() > 0]
+    """The tensors of ``q`` the kernels read: codes, scales, minimums (none empty or missing), then its tail's."""
+    own = [t for t in (q.data, q.scales, q.mins) if t is not None and t.numel() > 0]
+    return own + (weight_tensors(q.tail) if q.tail is not None else [])
 
 
 def move_to_arena(model: nn.Module) -> WeightArena | None:
@@ -88,9 +89,12 @@ def move_to_arena(model: nn.Module) -> WeightArena | None:
         offset += _aligned(n)
         return copy
 
+    def moved(q: QuantWeight) -> QuantWeight:
+        return dataclasses.replace(q, data=place(q.data), scales=place(q.scales), mins=place(q.mins),
+                                   tail=moved(q.tail) if q.tail is not None else None)
+
     for m in mods:
-        q = m.quant
-        m.quant = dataclasses.replace(q, data=place(q.data), scales=place(q.scales), mins=place(q.mins))
+        m.quant = moved(m.quant)
     release_freed_heap()
     return WeightArena(buffer, len(tensors), huge)
 
