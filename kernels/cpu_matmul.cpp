@@ -1,4 +1,4 @@
-// Weight-only int4 / int5 / int6 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
+// Weight-only int3 / int4 / int5 / int6 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
 // y [M, N] in x's dtype. Torch references: cpu_matmul.py. The bodies are in cpu_matmul_body.h, compiled
 // once per instruction set; these are the ops, their checks and the threading.
 //
@@ -22,6 +22,9 @@
 // int6: w = d * sc_j * (q - 32), q in [0, 63] (GGUF's Q6_K): codes uint8 [N/16, K/16, 208], per sub-block of 16
 //   along K 4 k-quads of 48 bytes (int4's 32, then 16 bytes of high bits: lane l's two at bits 2 (l / 16) of byte
 //   l % 16) and the 16 rows' int8 sub-block scales sc_j; d float16 [N/16, K/256, 16] per super-block of 256.
+// int3: w = d * sc_j * (q - 4), q in [0, 7] (GGUF's Q3_K): int6's form with codes [N/16, K/16, 112], per sub-block 4
+//   k-quads of 24 bytes (16 bytes of the low two bits, as int6's high bits, then 8 bytes of third bits, bit l of lane l
+//   as int5's fifth bits) and the 16 rows' int8 sc_j; d float16 [N/16, K/256, 16].
 // int8: w = d * q per group of 32 along K (GGUF's Q8_0), q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k),
 //   d float16 [N/16, K/32, 16] (as int4's).
 // dense: w [N/16, K, 16] in bfloat16 or float32, k-major inside a tile; x is widened to float32.
@@ -76,12 +79,13 @@ void check_weight(const QuantWeightRef& w) {
                 w.mins.sizes() == w.scales.sizes() && w.mins.scalar_type() == at::kHalf &&
                 w.data.numel() * 8 == w.n() * w.k() * 5 && w.data.is_contiguous() && w.scales.is_contiguous() &&
                 w.mins.is_contiguous(), "int5 weight: uint8 codes [N / 16, K / 4, 40] with float16 scales and minimums");
-  } else if (w.bits == 6) {
-    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == 208 &&
+  } else if (w.bits == 6 || w.bits == 3) {
+    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == (w.bits == 6 ? 208 : 112) &&
                 w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.scales.size(0) == w.data.size(0) &&
                 w.scales.size(1) * 16 == w.data.size(1) && w.scales.size(2) == 16 && w.data.is_contiguous() &&
                 w.scales.is_contiguous(),
-                "int6 weight: uint8 codes [N / 16, K / 16, 208] with float16 scales [N / 16, K / 256, 16]");
+                "int", w.bits, " weight: uint8 codes [N / 16, K / 16, ", w.bits == 6 ? 208 : 112,
+                "] with float16 scales [N / 16, K / 256, 16]");
   } else if (w.bits == 4) {
     const bool mins = w.mins.defined() && w.mins.numel() > 0;
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf &&
@@ -102,7 +106,10 @@ void check_weight(const QuantWeightRef& w) {
 
 int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
 int64_t QuantWeightRef::k() const {
-  return bits == 16 ? data.size(1) : bits == 6 ? data.size(1) * 16 : kform() ? data.size(1) * 32 : scales.size(1) * 32;
+  return bits == 16                 ? data.size(1)
+         : bits == 6 || bits == 3   ? data.size(1) * 16
+         : kform()                  ? data.size(1) * 32
+                                    : scales.size(1) * 32;
 }
 
 void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa) {
@@ -132,6 +139,9 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
     } else if (w.bits == 6) {
       RADIXLM_ISA_CALL(isa, int6_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
                        out);
+    } else if (w.bits == 3) {
+      RADIXLM_ISA_CALL(isa, int3_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
+                       out);
     } else if (w.bits == 8) {
       RADIXLM_ISA_CALL(isa, int8_tiles<T>, w.data.data_ptr<int8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
                        out);
@@ -153,6 +163,10 @@ at::Tensor int6_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return linear(x, QuantWeightRef{6, w, d, at::Tensor()}, isa);
 }
 
+at::Tensor int3_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa) {
+  return linear(x, QuantWeightRef{3, w, d, at::Tensor()}, isa);
+}
+
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa) {
   return linear(x, QuantWeightRef{8, w, d, at::Tensor()}, isa);
 }
@@ -168,6 +182,7 @@ TORCH_LIBRARY(radixlm_cpu, m) {
   m.def("int4_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
   m.def("int5_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
   m.def("int6_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
+  m.def("int3_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
 }
@@ -176,6 +191,7 @@ TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
   m.impl("int4_linear", &radixlm_cpu::int4_linear);
   m.impl("int5_linear", &radixlm_cpu::int5_linear);
   m.impl("int6_linear", &radixlm_cpu::int6_linear);
+  m.impl("int3_linear", &radixlm_cpu::int3_linear);
   m.impl("int8_linear", &radixlm_cpu::int8_linear);
   m.impl("dense_linear", &radixlm_cpu::dense_linear);
 }

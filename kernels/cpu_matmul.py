@@ -1,4 +1,4 @@
-"""int4 / int5 / int6 / int8 weight-only and dense matmuls (cpu_matmul.cpp, every instruction set) beside their
+"""int3 / int4 / int5 / int6 / int8 weight-only and dense matmuls (cpu_matmul.cpp, every instruction set) beside their
 torch references.
 
 ``isa`` is the kernel path (``cpu_ext.resolve``); ``cpu_ext.available()`` builds and loads the kernels.
@@ -17,9 +17,11 @@ from radixlm.kernels.cpu_ext import available
 
 BLOCK = 64  # K must be a multiple of it
 GROUP = 32  # int4 / int8 scale group along K
-SUB, SUPER = 16, 256  # int6 (GGUF's Q6_K): an int8 scale per 16 along K, a float16 one per 256
-__all__ = ["available", "dense_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear", "pack_dense",
-           "pack_int4", "pack_int5", "pack_int6", "pack_int8"]
+SUB, SUPER = 16, 256  # int6 / int3 (GGUF's Q6_K / Q3_K): an int8 scale per 16 along K, a float16 one per 256
+SUB_QUAD = {6: 48, 3: 24}  # bytes a k-quad of int6 / int3 codes
+SUB_OFFSET = {6: 32, 3: 4}  # w = d sc (q - offset)
+__all__ = ["available", "dense_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear",
+           "pack_dense", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
@@ -34,6 +36,10 @@ def int5_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch
 
 def int6_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, isa: int) -> torch.Tensor:
     return torch.ops.radixlm_cpu.int6_linear(x, codes, d, isa)
+
+
+def int3_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int3_linear(x, codes, d, isa)
 
 
 def dense_linear(x: torch.Tensor, w: torch.Tensor, isa: int) -> torch.Tensor:
@@ -71,21 +77,44 @@ def _unnibble(codes: torch.Tensor) -> torch.Tensor:
     return _untile(torch.cat(((codes & 15).view(nt, kq, 8, 4), (codes >> 4).view(nt, kq, 8, 4)), dim=2))
 
 
+def _bit_plane(b: torch.Tensor) -> torch.Tensor:
+    """bits b [N, K] in {0, 1} -> uint8 [N / 16, K / 4, 8]: per k-quad lane l's bit as bit l % 8 of byte l // 8, the
+    lanes in the nibbles' order (lane 4 row + k, rows 0-7 then 8-15)."""
+    t = _tiles(b.to(torch.uint8))
+    return (t.reshape(*t.shape[:2], 8, 8) * (1 << torch.arange(8, dtype=torch.uint8))).sum(-1, dtype=torch.uint8)
+
+
+def _unbit_plane(plane: torch.Tensor) -> torch.Tensor:
+    """The inverse of _bit_plane -> b uint8 [N, K]."""
+    bits = (plane[..., None] >> torch.arange(8, dtype=torch.uint8)) & 1  # [N / 16, K / 4, 8, 8]: lane 8 b + i
+    return _untile(bits.reshape(*plane.shape[:2], 16, 4))
+
+
+def _pair_plane(v: torch.Tensor) -> torch.Tensor:
+    """values v [N, K] in [0, 3] -> uint8 [N / 16, K / 4, 16]: per k-quad lane l's two bits at bits 2 (l / 16) of
+    byte l % 16."""
+    n, k = v.shape
+    lanes = _tiles(v.to(torch.uint8)).reshape(n // 16, k // 4, 4, 16)  # lane 16 j + p at [.., j, p]
+    return (lanes << torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]).sum(2, dtype=torch.uint8)
+
+
+def _unpair_plane(plane: torch.Tensor) -> torch.Tensor:
+    """The inverse of _pair_plane -> v uint8 [N, K]."""
+    nt, kq = plane.shape[:2]
+    lanes = (plane[..., None] >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)) & 3  # [.., p, j]
+    return _untile(lanes.transpose(2, 3).reshape(nt, kq, 16, 4))
+
+
 def _five_bit(q: torch.Tensor) -> torch.Tensor:
     """codes q [N, K] in [0, 31] -> uint8 [N / 16, K / 4, 40]: per k-quad _nibbles' 32 bytes of the low 4 bits,
     then 8 bytes holding lane l's fifth bit as bit l."""
     q = q.to(torch.uint8)
-    t = _tiles(q >> 4)  # [N / 16, K / 4, 16, 4]: lane 4 row + k, rows 0-7 then 8-15, as the nibbles
-    weights = (1 << torch.arange(8, dtype=torch.uint8))
-    fifth = (t.reshape(*t.shape[:2], 8, 8) * weights).sum(-1, dtype=torch.uint8)  # [N / 16, K / 4, 8]
-    return torch.cat((_nibbles(q & 15), fifth), dim=2).contiguous()
+    return torch.cat((_nibbles(q & 15), _bit_plane(q >> 4)), dim=2).contiguous()
 
 
 def _unfive(codes: torch.Tensor) -> torch.Tensor:
     """The inverse of _five_bit -> q uint8 [N, K]."""
-    bits = (codes[:, :, 32:, None] >> torch.arange(8, dtype=torch.uint8)) & 1  # [N / 16, K / 4, 8, 8]: lane 8 b + i
-    high = _untile(bits.reshape(*codes.shape[:2], 16, 4))
-    return _unnibble(codes[:, :, :32].contiguous()) | (high << 4)
+    return _unnibble(codes[:, :, :32].contiguous()) | (_unbit_plane(codes[:, :, 32:]) << 4)
 
 
 def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
@@ -158,35 +187,56 @@ def pack_int6(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch
     kernel's (codes uint8 [N / 16, K / 16, 208], d float16 [N / 16, K / 256, 16]): per sub-block of 16 along K,
     4 k-quads of pack_int4's 32 bytes of the low 4 bits then 16 bytes holding lane l's high two bits at bits
     2 (l / 16) of byte l % 16, then the tile's 16 scales sc."""
-    n, k = q.shape
-    if k % SUPER:
-        raise ValueError(f"int6 weights need K divisible by {SUPER}, got [{n}, {k}]")
     q = q.to(torch.uint8)
-    nibbles = _nibbles(q & 15)  # [N / 16, K / 4, 32]
-    lanes = _tiles(q >> 4).reshape(n // 16, k // 4, 4, 16)  # lane 16 j + p at [.., j, p]
-    high = (lanes << torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]).sum(2, dtype=torch.uint8)
-    quads = torch.cat((nibbles, high), dim=2).view(n // 16, k // SUB, 4 * 48)
-    scales = sc.to(torch.int8).view(n // 16, 16, k // SUB).transpose(1, 2).contiguous().view(torch.uint8)
-    return torch.cat((quads, scales), dim=2).contiguous(), _pack_scales(d)
+    return _pack_subblocks(torch.cat((_nibbles(q & 15), _pair_plane(q >> 4)), dim=2), sc, d)
+
+
+def pack_int3(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes q [N, K] in [0, 7], sc int8 [N, K / 16], d [N, K / 256] (w = d sc (q - 4), GGUF's Q3_K) -> the kernel's
+    (codes uint8 [N / 16, K / 16, 112], d float16 [N / 16, K / 256, 16]): per sub-block of 16 along K, 4 k-quads of
+    16 bytes holding lane l's low two bits at bits 2 (l / 16) of byte l % 16 then 8 bytes holding its third bit as
+    bit l, then the tile's 16 scales sc."""
+    q = q.to(torch.uint8)
+    return _pack_subblocks(torch.cat((_pair_plane(q & 3), _bit_plane(q >> 2)), dim=2), sc, d)
+
+
+def _pack_subblocks(quads: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """k-quads [N / 16, K / 4, B] of codes, sc [N, K / 16], d [N, K / 256] -> (codes [N / 16, K / 16, 4 B + 16], d)."""
+    nt, kq = quads.shape[:2]
+    if (4 * kq) % SUPER:
+        raise ValueError(f"int6 / int3 weights need K divisible by {SUPER}, got [{16 * nt}, {4 * kq}]")
+    scales = sc.to(torch.int8).view(nt, 16, kq // 4).transpose(1, 2).contiguous().view(torch.uint8)
+    return torch.cat((quads.reshape(nt, kq // 4, -1), scales), dim=2).contiguous(), _pack_scales(d)
+
+
+def unpack_subblocks(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The inverse of pack_int6 / pack_int3 (told apart by the bytes a sub-block) -> (q uint8 [N, K], sc int8
+    [N, K / 16], d float16 [N, K / 256], bits)."""
+    nt, subs, size = codes.shape
+    bits = 6 if size == 4 * SUB_QUAD[6] + 16 else 3
+    quads = codes[:, :, :size - 16].reshape(nt, subs * 4, SUB_QUAD[bits])
+    if bits == 6:
+        q = _unnibble(quads[:, :, :32].contiguous()) | (_unpair_plane(quads[:, :, 32:]) << 4)
+    else:
+        q = _unpair_plane(quads[:, :, :16]) | (_unbit_plane(quads[:, :, 16:]) << 2)
+    sc = codes[:, :, size - 16:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, subs)
+    return q, sc, _unpack_scales(d), bits
 
 
 def unpack_int6(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The inverse of pack_int6 -> (q uint8 [N, K], sc int8 [N, K / 16], d float16 [N, K / 256])."""
-    nt, subs = codes.shape[:2]
-    quads = codes[:, :, :192].reshape(nt, subs * 4, 48)
-    low = _unnibble(quads[:, :, :32].contiguous())
-    lanes = (quads[:, :, 32:, None] >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)) & 3  # [.., p, j]
-    high = _untile(lanes.transpose(2, 3).reshape(nt, subs * 4, 16, 4))
-    sc = codes[:, :, 192:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, subs)
-    return low | (high << 4), sc, _unpack_scales(d)
+    return unpack_subblocks(codes, d)[:3]
 
 
-def dequantize_int6(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """-> w [N, K] float32 = d sc (q - 32)."""
-    q, sc, d = unpack_int6(codes, d)
+def dequantize_subblocks(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """int6 or int3 -> w [N, K] float32 = d sc (q - 32) or d sc (q - 4)."""
+    q, sc, d, bits = unpack_subblocks(codes, d)
     n, k = q.shape
-    w = (q.float() - 32).view(n, k // SUPER, SUPER // SUB, SUB) * sc.float().view(n, k // SUPER, -1, 1)
+    w = (q.float() - SUB_OFFSET[bits]).view(n, k // SUPER, SUPER // SUB, SUB) * sc.float().view(n, k // SUPER, -1, 1)
     return (w * d.float()[..., None, None]).view(n, k)
+
+
+dequantize_int6 = dequantize_int3 = dequantize_subblocks
 
 
 def int6_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -283,7 +333,10 @@ def int5_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn:
 
 
 def int6_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    return (quantize_x_torch(x) @ dequantize_int6(codes, d).t()).to(x.dtype)
+    return (quantize_x_torch(x) @ dequantize_subblocks(codes, d).t()).to(x.dtype)
+
+
+int3_linear_torch = int6_linear_torch
 
 
 def int8_linear_torch(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:

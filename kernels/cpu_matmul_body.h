@@ -1,4 +1,4 @@
-// The matmul kernels, int4 / int5 / int6 / int8 weight-only and dense (bfloat16 or float32 weights), written once
+// The matmul kernels, int3 / int4 / int5 / int6 / int8 weight-only and dense (bfloat16 or float32 weights), written once
 // against the vector layer (compiled per instruction set by cpu_foreach_isa.h; the ops and layouts: cpu_matmul.cpp).
 //
 // Batch invariance: a row of y is computed by the same operations in the same order whichever tile size
@@ -131,33 +131,40 @@ void int8_tile(const int8_t* q, const at::Half* d, int64_t n, int64_t tile, cons
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
 
-// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int6 weights (GGUF's Q6_K): w = d sc_j (q - 32), q in [0, 63],
-// sc_j int8 per sub-block of 16 along K, d float16 per 256. Per 64-block of K (one activation scale a) the four
-// sub-blocks' exact int32 sum of sc_j (ip_j - 32 s16_j), then times d a: Q6_K's own arithmetic, no rounding of
-// d sc_j. codes [N / 16, K / 16, 208]: per sub-block 4 k-quads of 48 bytes (int4's 32 bytes of nibbles, then 16
-// of high bits: lane l's two at bits 2 (l / 16) of byte l % 16), then the 16 rows' sc_j.
-constexpr int64_t kSubBytes = 4 * 48 + 16;
-template <int MT, typename T>
-void int6_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0,
-               T* y) {
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int6 weights (Bits 6, GGUF's Q6_K: w = d sc_j (q - 32), q in [0, 63])
+// or int3 (Bits 3, Q3_K: w = d sc_j (q - 4), q in [0, 7]): sc_j int8 per sub-block of 16 along K, d float16 per 256.
+// Per 64-block of K (one activation scale a) the four sub-blocks' exact int32 sum of sc_j (ip_j - off s16_j), then
+// times d a: the file's own arithmetic, no rounding of d sc_j. codes [N / 16, K / 16, SubBytes]: per sub-block 4
+// k-quads (int6: 48 bytes, int4's 32 bytes of nibbles then 16 of high bits, lane l's two at bits 2 (l / 16) of byte
+// l % 16; int3: 24 bytes, the low two bits so, then 8 of third bits, bit l for lane l), then the 16 rows' sc_j.
+template <int Bits>
+constexpr int64_t kSubBytes = 4 * (Bits == 6 ? 48 : 24) + 16;
+template <int MT, int Bits, typename T>
+void subblock_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0,
+                   T* y) {
+  constexpr int64_t kSub = kSubBytes<Bits>, kOffset = Bits == 6 ? 32 : 4;
   const int64_t k = xq.k, nb = xq.nb;
-  const uint8_t* wt = codes + tile * (k / 16) * kSubBytes;
+  const uint8_t* wt = codes + tile * (k / 16) * kSub;
   const at::Half* dt = d + tile * (k / 256) * 16;
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   prefetch(d + (tile + 1) * (k / 256) * 16);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
-    for (int line = 0; line < 4 * kSubBytes / 64; ++line) prefetch(wt + (4 * b + 8) * kSubBytes + 64 * line);
+    for (int line = 0; line < 4 * kSub / 64; ++line) prefetch(wt + (4 * b + 8) * kSub + 64 * line);
     I16 sum[MT];
     for (int i = 0; i < MT; ++i) sum[i] = izero();
     for (int j = 0; j < 4; ++j) {
-      const uint8_t* sub = wt + (4 * b + j) * kSubBytes;
+      const uint8_t* sub = wt + (4 * b + j) * kSub;
       I16 ip[MT];
-      dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + 4 * 48));
+      if constexpr (Bits == 6) {
+        dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+      } else {
+        dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+      }
+      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kSub - 16));
       for (int i = 0; i < MT; ++i) {
-        sum[i] = imadd(isub_scalar(ip[i], 32 * xq.s16[((m0 + i) * nb + b) * 4 + j]), sc, sum[i]);
+        sum[i] = imadd(isub_scalar(ip[i], kOffset * xq.s16[((m0 + i) * nb + b) * 4 + j]), sc, sum[i]);
       }
     }
     const F16 db = fload(dt + (b / 4) * 16);
@@ -210,7 +217,13 @@ void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, boo
 template <typename T>
 void int6_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
                 int64_t m, T* y) {
-  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int6_tile<decltype(mt)::value>(codes, d, n, t, xq, m0, y); });
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { subblock_tile<decltype(mt)::value, 6>(codes, d, n, t, xq, m0, y); });
+}
+
+template <typename T>
+void int3_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
+                int64_t m, T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { subblock_tile<decltype(mt)::value, 3>(codes, d, n, t, xq, m0, y); });
 }
 
 template <typename T>

@@ -15,8 +15,8 @@
 namespace radixlm_cpu {
 
 // A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty), int5 (bits 5: codes, d, mn), int6 (bits 6:
-// codes with their sub-block scales, d per 256), int8 (bits 8: q, d per group of 32) or dense (bits 16: the
-// [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
+// codes with their sub-block scales, d per 256), int3 (bits 3: likewise), int8 (bits 8: q, d per group of 32) or
+// dense (bits 16: the [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
 struct QuantWeightRef {
   int64_t bits;
   at::Tensor data, scales, mins;
@@ -58,6 +58,7 @@ void check_weight(const QuantWeightRef& w);  // a TORCH_CHECK naming what is wro
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int5_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int6_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
+at::Tensor int3_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),

@@ -194,13 +194,13 @@ template <int MT>
 inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 8, 8, 32, int4_quad>(codes, x, k_stride, ip);
 }
-// 16 in byte l of 32 where bit l of `bits` is set, else 0
-inline __m256i fifth_bits(uint32_t bits) {
+// `value` in byte l of 32 where bit l of `bits` is set, else 0
+inline __m256i fifth_bits(uint32_t bits, char value = 16) {
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)),
                                              _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(value));
 }
 // int5: the int4 codes plus 16 where the k-quad's fifth bit is set (bytes 32-35: rows 0-7, 36-39: rows 8-15)
 inline void int5_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
@@ -232,6 +232,25 @@ inline void int6_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 4, 2, 48, int6_quad>(codes, x, k_stride, ip);
+}
+// int3: the low two bits (bytes 0-15 of a k-quad: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high bits):
+// lanes 0-31 from bits 0-1 / 2-3, lanes 32-63 from bits 4-5 / 6-7 (right shifts within each byte's 32-bit word),
+// plus 4 where the third bit (bytes 16-19: lanes 0-31, 20-23: lanes 32-63) is set
+inline void int3_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
+  const __m256i pairs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quad)));
+  const __m256i mask = _mm256_set1_epi8(3);
+  uint32_t t0, t1;
+  std::memcpy(&t0, quad + 16, 4);
+  std::memcpy(&t1, quad + 20, 4);
+  *c_lo = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), mask),
+                          fifth_bits(t0, 4));
+  *c_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)), mask),
+                          fifth_bits(t1, 4));
+}
+// one sub-block of 16 k (4 k-quads of 24 bytes); codes up to 7: int16 sums over all 4 (7,112)
+template <int MT>
+inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 4, 4, 24, int3_quad>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

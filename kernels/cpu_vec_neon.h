@@ -183,11 +183,11 @@ template <int MT>
 inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 8, 32, int4_quad>(codes, x, k_stride, ip);
 }
-// 16 in byte l of 16 where bit l of the two bytes at p is set, else 0
-inline uint8x16_t fifth_bits(const uint8_t* p) {
+// `value` in byte l of 16 where bit l of the two bytes at p is set, else 0
+inline uint8x16_t fifth_bits(const uint8_t* p, uint8_t value = 16) {
   static const uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
   const uint8x16_t spread = vcombine_u8(vdup_n_u8(p[0]), vdup_n_u8(p[1]));
-  return vandq_u8(vtstq_u8(spread, vld1q_u8(kBit)), vdupq_n_u8(16));
+  return vandq_u8(vtstq_u8(spread, vld1q_u8(kBit)), vdupq_n_u8(value));
 }
 // int5: the int4 codes plus 16 where the k-quad's fifth bit (bytes 32-39, bit l for lane l) is set
 inline void int5_quad(const uint8_t* quad, int8x16_t* w) {
@@ -211,6 +211,19 @@ inline void int6_quad(const uint8_t* quad, int8x16_t* w) {
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 4, 48, int6_quad>(codes, x, k_stride, ip);
+}
+// int3: the low two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16) plus 4 where the third bit (bytes
+// 16-23, bit l for lane l) is set
+inline void int3_quad(const uint8_t* quad, int8x16_t* w) {
+  const uint8x16_t p = vld1q_u8(quad), mask = vdupq_n_u8(3);
+  const uint8x16_t low[4] = {vandq_u8(p, mask), vandq_u8(vshrq_n_u8(p, 2), mask), vandq_u8(vshrq_n_u8(p, 4), mask),
+                             vshrq_n_u8(p, 6)};
+  for (int j = 0; j < 4; ++j) w[j] = vreinterpretq_s8_u8(vorrq_u8(low[j], fifth_bits(quad + 16 + 2 * j, 4)));
+}
+// one sub-block of 16 k (4 k-quads of 24 bytes)
+template <int MT>
+inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 4, 24, int3_quad>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) {
   const int8x16_t v = vld1q_s8(p);

@@ -131,17 +131,19 @@ inline void store_int8(int8_t* p, I16 a) {
 
 // Lane l's code in a k-quad: int4's 32 bytes hold lane l < 32 (row l / 4, k = l % 4) in byte l's low nibble
 // and lane 32 + p (row 8 + p / 4) in byte p's high nibble; int5 adds 16 where bit l of bytes 32-39 is set, int6
-// 16 times bits 2 (l / 16) .. + 1 of byte 32 + l % 16.
+// 16 times bits 2 (l / 16) .. + 1 of byte 32 + l % 16. int3: bits 2 (l / 16) .. + 1 of byte l % 16, plus 4 where bit
+// l of bytes 16-23 is set.
 template <int Bits>
 inline int quad_code(const uint8_t* c, int lane) {
+  if (Bits == 3) return ((c[lane % 16] >> (2 * (lane / 16))) & 3) | (((c[16 + lane / 8] >> (lane % 8)) & 1) << 2);
   const int nibble = lane < 32 ? c[lane] & 15 : c[lane - 32] >> 4;
   if (Bits == 6) return nibble | (((c[32 + lane % 16] >> (2 * (lane / 16))) & 3) << 4);
   return Bits == 5 ? nibble | (((c[32 + lane / 8] >> (lane % 8)) & 1) << 4) : nibble;
 }
-// ip[i]_j = sum over Quads k-quads of codes (32 bytes each for int4, 40 for int5, 48 for int6) of w[j][k] x_i[k]
+// ip[i]_j = sum over Quads k-quads of codes (32 bytes each for int4, 40 for int5, 48 for int6, 24 for int3) of w[j][k] x_i[k]
 template <int MT, int Bits, int Quads = 8>
 inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  constexpr int kQuad = Bits == 6 ? 48 : Bits == 5 ? 40 : 32;
+  constexpr int kQuad = Bits == 6 ? 48 : Bits == 5 ? 40 : Bits == 3 ? 24 : 32;
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
     for (int kq = 0; kq < Quads; ++kq) {
@@ -162,6 +164,11 @@ inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes_group<MT, 6, 4>(codes, x, k_stride, ip);
+}
+// one sub-block of 16 k (4 k-quads of int3 codes)
+template <int MT>
+inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes_group<MT, 3, 4>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) {
   I16 r;
