@@ -119,7 +119,7 @@ void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType 
     for (const QuantWeightRef* wt : {&m->w, m->tail ? &*m->tail : nullptr}) {
       if (wt == nullptr) continue;
       check_weight(*wt);
-      TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int4 / int5 / int6 / int8) or all dense");
+      TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int3 - int8) or all dense");
       TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
     }
     TORCH_CHECK(!m->tail || m->tail->k() == m->k(), "a matrix's tail must have the matrix's columns");

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
+from radixlm.kernels import cpu_matmul as ck
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.model.gguf_blocks import QuantBlocks
 from radixlm.runtime.model.gguf_file import GGUFModel
@@ -81,7 +82,7 @@ def test_q6_k_loads_exactly_as_int6():
         QuantBlocks.from_float(got, 6)
 
 
-@pytest.mark.parametrize(("qtype", "bits"), [("Q3_K", 4), ("Q2_K", 4), ("IQ4_NL", 4), ("IQ4_XS", 4)])
+@pytest.mark.parametrize(("qtype", "bits"), [("Q2_K", 4), ("IQ4_NL", 4), ("IQ4_XS", 4)])
 def test_other_types_requantize_at_their_width(qtype, bits):
     """Through their float32 values, per group of 32: within half a step of the width they load at (plus the
     float16 rounding of the group's scale and minimum)."""
@@ -93,6 +94,23 @@ def test_other_types_requantize_at_their_width(qtype, bits):
     step = (groups.abs().amax(-1) / 127 if bits == 8 else (groups.amax(-1) - groups.amin(-1)) / 15)
     err = (blocks.dequantize() - want).view(32, 8, 32).abs().amax(-1)
     assert (err <= step * 0.5 + groups.abs().amax(-1) * 2**-9).all()
+
+
+def test_q3_k_loads_exactly_as_int3_and_as_int6():
+    """Q3_K's own form, w = d sc (q - 4) with q in [0, 7]: the codes, scales and d as the file holds them (gguf's
+    dequantization bit for bit), through the native int3 layout too; its codes are int6 codes q + 28."""
+    raw = random_blocks("Q3_K", 32, 512, seed=4)
+    want = reference(raw, "Q3_K", 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, "Q3_K", [32, 512])
+    assert blocks.bits == 3 and blocks.m is None and blocks.sub.shape == (32, 32) and blocks.d.shape == (32, 2)
+    assert int(blocks.q.max()) <= 7 and -32 <= int(blocks.sub.min()) and int(blocks.sub.max()) <= 31
+    assert torch.equal(blocks.dequantize(), want)
+    assert torch.equal(blocks.to_bits(6).dequantize(), want)
+    assert torch.equal(QuantBlocks.stack([blocks, blocks.to_bits(6)]).dequantize(), torch.cat([want, want]))
+    codes, d = ck.pack_int3(blocks.q, blocks.sub, blocks.d)
+    assert torch.equal(ck.dequantize_subblocks(codes, d), want)
+    with pytest.raises(ValueError, match="int3"):
+        QuantBlocks.from_gguf(random_blocks("Q4_K", 16, 256), "Q4_K", [16, 256]).to_bits(3)
 
 
 def test_a_stack_of_widths_takes_the_widest_unless_told():
@@ -129,9 +147,10 @@ def test_stack_runs_keep_the_last_width_apart():
     assert one.bits == 5 and one.shape == (48, 256)
 
 
-def write_mixed_file(path: str, embedding: str = "Q8_0") -> None:
-    """A 2-layer Llama (hidden 256, head dim 64) laid out as llama.cpp's Q4_K_M: Q4_K matrices, Q6_K for
-    layer 0's v and down (Q5_K in layer 1, as Q5_K_M files have), an ``embedding`` embedding (tied)."""
+def write_mixed_file(path: str, embedding: str = "Q8_0", base: str = "Q4_K") -> None:
+    """A 2-layer Llama (hidden 256, head dim 64) laid out as llama.cpp's Q4_K_M: ``base`` (Q4_K; Q3_K as in Q3_K_M
+    files) matrices, Q6_K for layer 0's v and down (Q5_K in layer 1, as Q5_K_M files have), an ``embedding``
+    embedding (tied)."""
     hidden, inter, heads, kv, vocab = 256, 512, 4, 2, 320
     w = gguf.GGUFWriter(path, "llama")
     for add, value in [(w.add_context_length, 512), (w.add_embedding_length, hidden), (w.add_block_count, 2),
@@ -150,7 +169,7 @@ def write_mixed_file(path: str, embedding: str = "Q8_0") -> None:
         for name in ("attn_norm", "ffn_norm"):
             w.add_tensor(f"blk.{i}.{name}.weight", np.ones(hidden, dtype=np.float32))
         for j, (name, (n, k)) in enumerate(shapes.items()):
-            qtype = ("Q6_K" if i == 0 else "Q5_K") if name in ("attn_v", "ffn_down") else "Q4_K"
+            qtype = ("Q6_K" if i == 0 else "Q5_K") if name in ("attn_v", "ffn_down") else base
             w.add_tensor(f"blk.{i}.{name}.weight", random_blocks(qtype, n, k, 10 * i + j, 1e-4),
                          raw_dtype=gguf.GGMLQuantizationType[qtype])
     w.write_header_to_file()
@@ -160,26 +179,28 @@ def write_mixed_file(path: str, embedding: str = "Q8_0") -> None:
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
-def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path):
-    """auto -> mixed: int4 where the file has 4 bits, int5 where it has 5, int6 where it has Q6_K; a qkv whose v
-    is wider than its q and k keeps v as its tail (int4 q, k and int6 or int5 v); the fused layers run the mix and
-    track the file's float32 weights run dense (mean prompt logprob error about 0.007 here, against about 0.05 with
-    every matrix int4)."""
+@pytest.mark.parametrize(("base", "width", "code_bytes"), [("Q4_K", "int4", 288), ("Q3_K", "int3", 112)])
+def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width, code_bytes):
+    """auto -> mixed: int4 where the file has Q4_K (int3 where Q3_K), int5 where it has 5 bits, int6 where it has
+    Q6_K; a qkv whose v is wider than its q and k keeps v as its tail (int4 q, k and int6 or int5 v); the fused
+    layers run the mix and track the file's float32 weights run dense (mean prompt logprob error about 0.007 here,
+    against about 0.05 with every matrix int4)."""
     path = str(tmp_path / "mixed.gguf")
-    write_mixed_file(path)
+    write_mixed_file(path, base=base)
     files = GGUFModel(path)
     kind, why = resolve_quantization("auto", files, torch.device("cpu"))
-    assert kind == "mixed" and "Q4_K/Q5_K/Q6_K" in why
+    assert kind == "mixed" and f"{base}/Q5_K/Q6_K" in why
     mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
                               quantization=kind, max_total_tokens=1024)
     kinds = [[sorted(lin.quant.kinds) for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
                                                   layer.mlp.gate_up_proj, layer.mlp.down_proj)]
              for layer in mixed.model.layers]
-    assert kinds == [[["int4", "int6"], ["int4"], ["int4"], ["int6"]], [["int4", "int5"], ["int4"], ["int4"], ["int5"]]]
+    w = width
+    assert kinds == [[sorted([w, "int6"]), [w], [w], ["int6"]], [sorted([w, "int5"]), [w], [w], ["int5"]]]
     qkv = mixed.model.layers[0].self_attn.qkv_proj.quant
-    assert (qkv.kind, qkv.tail.kind, qkv.out_features, qkv.tail.out_features) == ("int4", "int6", 512, 128)
-    assert qkv.data.shape[2] == 288  # q, k in the K-quant layout, exactly the file's
-    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {"int4", "int5", "int6"}
+    assert (qkv.kind, qkv.tail.kind, qkv.out_features, qkv.tail.out_features) == (w, "int6", 512, 128)
+    assert qkv.data.shape[2] == code_bytes  # q, k in the K-quant layout or int3's, exactly the file's
+    assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {w, "int5", "int6"}
     dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
                               max_total_tokens=1024)
     narrow = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,

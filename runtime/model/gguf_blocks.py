@@ -1,13 +1,13 @@
-"""A GGUF file's quantized matrices as the codes and scales radixlm's int4 / int5 / int6 / int8 kernels take
+"""A GGUF file's quantized matrices as the codes and scales radixlm's int3 / int4 / int5 / int6 / int8 kernels take
 (QuantBlocks).
 
-Every quantized GGUF type loads at the width closest to the file's: 4 bits or fewer -> int4 (w = d q + mn per
-group of 32, q in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc
-(q - 32), q in [0, 63], an int8 sc per 16, d per 256), 8 bits -> int8 (w = d q, q in [-127, 127]). Exact where
-the type fits that form: Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and Q8_0 bit for bit, Q4_K and Q5_K through their own
-scales (KScales, which the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once
-mixed with other types; the other types (Q2_K, Q3_K, IQ4_*) through their float32 values, quantized per group of
-32 (int4_codes / int8_codes).
+Every quantized GGUF type loads at the width closest to the file's: Q3_K -> int3 (its own form: w = d sc (q - 4),
+q in [0, 7], an int8 sc per 16, d per 256), other types of 4 bits or fewer -> int4 (w = d q + mn per group of 32, q
+in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc (q - 32), q in
+[0, 63], sc and d as int3's), 8 bits -> int8 (w = d q, q in [-127, 127]). Exact where the type fits that form:
+Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and Q8_0 bit for bit, Q4_K and Q5_K through their own scales (KScales, which
+the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once mixed with other types; the
+other types (Q2_K, IQ4_*) through their float32 values, quantized per group of 32 (int4_codes / int8_codes).
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import torch
 
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
-FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"})  # GGUF types kept as int4
+THREE_BIT = frozenset({"Q3_K"})  # GGUF types kept as int3
+FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "Q2_K", "IQ4_NL", "IQ4_XS"})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K"})  # ... as int6
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"})  # ... as int8
-WIDTHS = {**dict.fromkeys(FOUR_BIT, 4), **dict.fromkeys(FIVE_BIT, 5), **dict.fromkeys(SIX_BIT, 6),
+WIDTHS = {**dict.fromkeys(THREE_BIT, 3), **dict.fromkeys(FOUR_BIT, 4), **dict.fromkeys(FIVE_BIT, 5), **dict.fromkeys(SIX_BIT, 6),
           **dict.fromkeys(EIGHT_BIT, 8)}
 # bytes per block of 32: (d, 16 code bytes), (d, m, 16), (d, 32 fifth bits, 16), (d, m, 32 fifth bits, 16), (d, 32)
 _BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
@@ -31,6 +32,8 @@ _BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
 # 128 bytes of codes
 _SUPER_BYTES = {"Q4_K": 144, "Q5_K": 176}
 _Q6_K_BYTES = 210  # 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, d float16
+_Q3_K_BYTES = 110  # 32 bytes of third bits, 64 of low bit pairs, 12 of 6-bit scales, d float16
+OWN_FORMS = frozenset({3, 6})  # widths whose form (w = d sc (q - offset)) no other width shares
 
 
 @dataclass(frozen=True)
@@ -61,13 +64,14 @@ class KScales:
 @dataclass(frozen=True)
 class QuantBlocks:
     """A weight [N, K] in groups of 32 along K. 4 and 5 bits: w = d q + m, codes q in [0, 15] or [0, 31]; 8 bits:
-    w = d q, q in [-127, 127]; 6 bits (Q6_K): w = d sub (q - 32), q in [0, 63], sub per 16 along K, d per 256."""
+    w = d q, q in [-127, 127]; 6 bits (Q6_K): w = d sub (q - 32), q in [0, 63], sub per 16 along K, d per 256;
+    3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'."""
 
-    q: torch.Tensor  # [N, K] uint8 (4, 5, 6 bits) or int8 (8 bits)
-    d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 6 bits)
-    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for 6, 8 bits
+    q: torch.Tensor  # [N, K] uint8 (3, 4, 5, 6 bits) or int8 (8 bits)
+    d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 3 and 6 bits)
+    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for 3, 6, 8 bits
     bits: int = 4
-    sub: torch.Tensor | None = None  # 6 bits: [N, K / 16] int8 sub-block scales
+    sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales
     kq: KScales | None = None  # Q4_K / Q5_K: their own scales
 
     @classmethod
@@ -81,6 +85,8 @@ class QuantBlocks:
             return _k_blocks(data.reshape(n * k // 256, _SUPER_BYTES[qtype]), n, k)
         if qtype == "Q6_K":
             return _q6_k_blocks(data.reshape(n * k // 256, _Q6_K_BYTES), n, k)
+        if qtype == "Q3_K":
+            return _q3_k_blocks(data.reshape(n * k // 256, _Q3_K_BYTES), n, k)
         if qtype not in WIDTHS:
             raise ValueError(f"model: GGUF type {qtype} has no int4 / int5 / int6 / int8 form")
         import gguf
@@ -93,7 +99,8 @@ class QuantBlocks:
     def from_float(cls, w: torch.Tensor, bits: int) -> QuantBlocks:
         """w [N, K] float -> its blocks of ``bits`` bits (4, 5 or 8), each group of 32 quantized alone."""
         if bits not in (4, 5, 8):
-            raise ValueError(f"model: no {bits}-bit form quantized from float weights (int6 is Q6_K's own)")
+            raise ValueError(f"model: no {bits}-bit form quantized from float weights (int3 and int6 are Q3_K's and "
+                             "Q6_K's own)")
         if bits == 8:
             q, d = int8_codes(w)
             return cls(q, d, None, 8)
@@ -101,12 +108,14 @@ class QuantBlocks:
         return cls(q.to(torch.uint8), d.to(torch.float16), mn.to(torch.float16), bits)
 
     def to_bits(self, bits: int) -> QuantBlocks:
-        """These weights at ``bits`` bits: themselves, 4-bit codes as 5-bit ones and Q5_0's (m = -16 d) as 8-bit
-        codes q - 16 (both exact), or requantized from their float32 values."""
+        """These weights at ``bits`` bits: themselves, 4-bit codes as 5-bit ones, Q5_0's (m = -16 d) as 8-bit codes
+        q - 16 and 3-bit ones as 6-bit codes q + 28 (all exact), or requantized from their float32 values."""
         if bits == self.bits:
             return self
-        if bits == 6:
-            raise ValueError(f"model: {self.bits}-bit blocks have no exact int6 (Q6_K) form")
+        if (self.bits, bits) == (3, 6):
+            return QuantBlocks(self.q + 28, self.d, None, 6, self.sub)
+        if bits in OWN_FORMS:
+            raise ValueError(f"model: {self.bits}-bit blocks have no exact int{bits} (Q{bits}_K) form")
         if (self.bits, bits) == (4, 5):
             return QuantBlocks(self.q, self.d, self.minimums(), 5, kq=self.kq)
         if (self.bits, bits) == (5, 8) and torch.equal(self.minimums(), (self.d.float() * -16).to(torch.float16)):
@@ -116,14 +125,14 @@ class QuantBlocks:
     @classmethod
     def stack(cls, parts: list[QuantBlocks], bits: int | None = None) -> QuantBlocks:
         """Row blocks one after another (a stacked qkv or gate_up) at ``bits`` bits (None: the widest part's,
-        so a Q4_K q and k stacked with a Q5_K v become int5, or int8 with a Q6_K v, whose form no other width
-        shares: no part loses precision; stack_runs keeps such a v apart instead); minimums stored unless no part
-        has any."""
+        so a Q4_K q and k stacked with a Q5_K v become int5, Q3_K ones with a Q6_K v int6, or int8 where int3 or
+        int6, whose form no other width shares, meets another: no part loses precision; stack_runs keeps such a v
+        apart instead); minimums stored unless no part has any."""
         widths = {p.bits for p in parts}
-        bits = bits or (8 if 6 in widths and len(widths) > 1 else max(widths))
+        bits = bits or (8 if widths & OWN_FORMS and not widths <= OWN_FORMS else max(widths))
         parts = [p.to_bits(bits) for p in parts]
-        if bits == 6:
-            return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d")), None, 6,
+        if bits in OWN_FORMS:
+            return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d")), None, bits,
                        torch.cat([p.sub for p in parts]))
         mins = None if all(p.m is None for p in parts) else torch.cat([p.minimums() for p in parts])
         kq = KScales.cat([p.kq for p in parts]) if all(p.kq is not None for p in parts) else None
@@ -140,8 +149,8 @@ class QuantBlocks:
         return [cls.stack(parts)] if j == 0 else [cls.stack(parts[:j]), cls.stack(parts[j:])]
 
     def minimums(self) -> torch.Tensor:
-        if self.bits == 6:
-            raise ValueError("model: int6 (Q6_K) blocks have no minimums")
+        if self.bits in OWN_FORMS:
+            raise ValueError(f"model: int{self.bits} (Q{self.bits}_K) blocks have no minimums")
         if self.bits == 8:
             return torch.zeros_like(self.d)
         return self.m if self.m is not None else (self.d.float() * -8).to(torch.float16)
@@ -160,8 +169,8 @@ class QuantBlocks:
         n, k = self.q.shape
         if self.kq is not None:
             return self.kq.dequantize(self.q)
-        if self.bits == 6:
-            w = (self.q.float() - 32).view(n, k // 16, 16) * self.sub.float()[..., None]
+        if self.bits in OWN_FORMS:
+            w = (self.q.float() - 2 ** (self.bits - 1)).view(n, k // 16, 16) * self.sub.float()[..., None]
             return (w.view(n, k // 256, 256) * self.d.float()[..., None]).view(n, k)
         w = self.q.float().view(n, k // 32, 32) * self.d.float()[..., None] + self.minimums().float()[..., None]
         return w.view(n, k)
@@ -222,3 +231,24 @@ def _q6_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
     d = blocks[:, 208:210].copy().view(np.float16)[:, 0].reshape(n, k // 256)
     return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d.copy()), None, 6,
                        torch.from_numpy(sc.copy()))
+
+
+def _q3_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
+    """Q3_K super-blocks [N K / 256, 110] -> 3-bit blocks, exactly. Weight e = 128 h + 32 j + l (h < 2, j < 4, l <
+    32) has bits 2 j .. + 1 of qs[32 h + l] as its low two and bit 4 h + j of hmask[l] as its third (set: +4, so q
+    = low + 4 third and w = d sc (q - 4)); sub-block e // 16 has the 6-bit scale sc - 32, its low 4 bits in the
+    nibbles of bytes 0-7 of the 12 (sub-blocks 0-7 low nibbles, 8-15 high) and its top 2 in bytes 8-11 (bits 2 (i //
+    4) .. + 1 of byte 8 + i % 4 for sub-block i)."""
+    hmask, qs, packed = blocks[:, :32], blocks[:, 32:96], blocks[:, 96:108]
+    e = np.arange(256)
+    h, j, lane = e // 128, (e % 128) // 32, e % 32
+    low = (qs[:, 32 * h + lane] >> (2 * j).astype(np.uint8)) & 3
+    third = (hmask[:, lane] >> (4 * h + j).astype(np.uint8)) & 1
+    i = np.arange(16)
+    nib = np.where(i < 8, packed[:, i % 8] & 15, packed[:, i % 8] >> 4)
+    top = (packed[:, 8 + i % 4] >> (2 * (i // 4)).astype(np.uint8)) & 3
+    sc = (nib | (top << 4)).astype(np.int8) - np.int8(32)
+    d = blocks[:, 108:110].copy().view(np.float16)[:, 0].reshape(n, k // 256)
+    q = (low | (third << 2)).astype(np.uint8).reshape(n, k)
+    return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d.copy()), None, 3,
+                       torch.from_numpy(np.ascontiguousarray(sc).reshape(n, k // 16)))

@@ -118,8 +118,8 @@ def native_weight(b: QuantBlocks, act_dtype: torch.dtype, isa: int) -> QuantWeig
         return QuantWeight.from_int4_codes(b.q, b.d, b.m, act_dtype, isa)
     if b.bits == 5:
         return QuantWeight.from_int5_codes(b.q, b.d, b.m, act_dtype, isa)
-    if b.bits == 6:
-        return QuantWeight.from_int6_codes(b.q, b.sub, b.d, act_dtype, isa)
+    if b.bits in (3, 6):
+        return QuantWeight.from_subblock_codes(b.q, b.sub, b.d, b.bits, act_dtype, isa)
     return QuantWeight.from_int8_codes(b.q, b.d, act_dtype, isa)
 
 
@@ -135,7 +135,7 @@ class QuantizableLinear(nn.Module):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path. ``mixed``:
-        loaded blocks keep their width (int4, int5, int6 or int8; a stack whose last parts come in another width
+        loaded blocks keep their width (int3, int4, int5, int6 or int8; a stack whose last parts come in another width
         keeps them as its tail), dense weights become int4."""
         runs = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
         if runs is not None:

@@ -44,7 +44,8 @@ class QuantWeight:
     (from GGUF's 5-bit types only): data uint8 [N / 16, K / 4, 40], scales and mins as int4's; int4 / int5 from
     Q4_K / Q5_K in the K-quant layout: data [N / 16, K / 32, 288 or 352] (each group's codes, then its 6-bit
     scales and minimums), scales d and mins -dmin float16 [N / 16, K / 256, 16]; int6 (GGUF's Q6_K only): data
-    uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; dense:
+    uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; int3 (Q3_K only):
+    as int6's with [N / 16, K / 16, 112]; dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
     models: ``tile_dense``).
 
@@ -105,13 +106,14 @@ class QuantWeight:
         return cls(f"int{bits}", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
 
     @classmethod
-    def from_int6_codes(cls, q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype,
-                        isa: int) -> QuantWeight:
-        """A Q6_K weight given as its codes q [N, K] in [0, 63], sub-block scales sub int8 [N, K / 16] and d
-        [N, K / 256] (w = d sub (q - 32)) -> the native backend's layout, exactly."""
+    def from_subblock_codes(cls, q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor, bits: int,
+                            act_dtype: torch.dtype, isa: int) -> QuantWeight:
+        """A Q6_K (bits 6) or Q3_K (bits 3) weight given as its codes q [N, K] in [0, 2^bits - 1], sub-block scales
+        sub int8 [N, K / 16] and d [N, K / 256] (w = d sub (q - 2^(bits - 1))) -> the native backend's layout,
+        exactly."""
         n, k = q.shape
-        codes, d16 = native.pack_int6(q, sub, d)
-        return cls("int6", codes, d16, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
+        codes, d16 = (native.pack_int6 if bits == 6 else native.pack_int3)(q, sub, d)
+        return cls(f"int{bits}", codes, d16, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
 
     @classmethod
     def from_int8_codes(cls, q: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype, isa: int) -> QuantWeight:
@@ -167,6 +169,8 @@ class QuantWeight:
                 return native.int5_linear(x, self.data, self.scales, self.mins, self.isa)
             if self.kind == "int6":
                 return native.int6_linear(x, self.data, self.scales, self.isa)
+            if self.kind == "int3":
+                return native.int3_linear(x, self.data, self.scales, self.isa)
             return native.int4_linear(x, self.data, self.scales, self.mins, self.isa)
         if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
             # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows (faster
@@ -205,8 +209,8 @@ class QuantWeight:
             return native.unpack_dense(self.data).float()
         if self.kind == "int5":
             return native.dequantize_int5(self.data, self.scales, self.mins)
-        if self.kind == "int6":
-            return native.dequantize_int6(self.data, self.scales)
+        if self.kind in ("int6", "int3"):
+            return native.dequantize_subblocks(self.data, self.scales)
         if self.backend == "native":
             return native.dequantize_int4(self.data, self.scales, self.mins)
         if self.kind == "int8":
@@ -219,8 +223,9 @@ class QuantWeight:
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup; not int5, which
         embedding tables never take)."""
-        if self.kind == "int5" or self.tail is not None:
-            raise ValueError("int5 rows, or a weight with a tail: an embedding table is int4, int6, int8 or dense")
+        if self.kind in ("int5", "int3") or self.tail is not None:
+            raise ValueError(f"{self.kind} rows, or a weight's with a tail: an embedding table is int4, int6, int8 or "
+                             "dense")
         if self.kind == "int6":
             return native.int6_rows(self.data, self.scales, ids).to(self.act_dtype)
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
