@@ -20,8 +20,11 @@ GROUP = 32  # int4 / int8 scale group along K
 SUB, SUPER = 16, 256  # int6 / int3 (GGUF's Q6_K / Q3_K): an int8 scale per 16 along K, a float16 one per 256
 SUB_QUAD = {6: 48, 3: 24}  # bytes a k-quad of int6 / int3 codes
 SUB_OFFSET = {6: 32, 3: 4}  # w = d sc (q - offset)
+IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                          dtype=torch.int8)  # GGUF's IQ4_NL / IQ4_XS: w = d IQ4_VALUES[q]
+IQ4_GROUP_BYTES = 256  # the IQ4 layout's codes a group of 32 (int4's 8 k-quads)
 __all__ = ["available", "dense_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear",
-           "pack_dense", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8"]
+           "pack_dense", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8", "pack_iq4"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
@@ -122,6 +125,22 @@ def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tupl
     d float16 [N / 16, K / 32, 16], mn likewise or None): rows 0-7 of a tile in the low nibbles, 8-15 in
     the high."""
     return _nibbles(q), _pack_scales(d), None if mn is None else _pack_scales(mn)
+
+
+def pack_iq4(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes q [N, K] in [0, 15] indexing IQ4_VALUES, d [N, K / 32] (w = d IQ4_VALUES[q] per group of 32, GGUF's
+    IQ4_NL) -> the int4 kernel's IQ4 layout (codes uint8 [N / 16, K / 32, 256]: pack_int4's bytes, a group's 8
+    k-quads in a row; d float16 [N / 16, K / 32, 16])."""
+    n, k = q.shape
+    return _nibbles(q).view(n // 16, k // GROUP, IQ4_GROUP_BYTES), _pack_scales(d)
+
+
+def dequantize_iq4(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """-> w [N, K] float32 = d IQ4_VALUES[q] per group of 32."""
+    nt, groups = codes.shape[:2]
+    q = _unnibble(codes.reshape(nt, groups * 8, 32))
+    w = IQ4_VALUES[q.long()].float().view(nt * 16, groups, GROUP) * _unpack_scales(d).float()[..., None]
+    return w.flatten(1)
 
 
 def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -307,9 +326,11 @@ def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -
 
 
 def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
-    """-> w [N, K] float32 = d * q + mn per group of 32 (either layout)."""
+    """-> w [N, K] float32 = d * q + mn per group of 32 (plain or K-quant layout), or d IQ4_VALUES[q] (IQ4)."""
     if codes.shape[2] == KFORM_BYTES[4]:
         return dequantize_kquant(codes, d, mn)
+    if codes.shape[2] == IQ4_GROUP_BYTES:
+        return dequantize_iq4(codes, d)
     q, d, mn = unpack_int4(codes, d, mn)
     q = q.float().view(q.shape[0], -1, GROUP)
     return (q * d.float()[..., None] + mn.float()[..., None]).flatten(1)

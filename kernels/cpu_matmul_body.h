@@ -1,4 +1,4 @@
-// The matmul kernels, int3 / int4 / int5 / int6 / int8 weight-only and dense (bfloat16 or float32 weights), written once
+// The matmul kernels, int3 / int4 (plain, K-quant, IQ4) / int5 / int6 / int8 weight-only and dense (bfloat16 or float32 weights), written once
 // against the vector layer (compiled per instruction set by cpu_foreach_isa.h; the ops and layouts: cpu_matmul.cpp).
 //
 // Batch invariance: a row of y is computed by the same operations in the same order whichever tile size
@@ -7,7 +7,7 @@
 
 constexpr int kBlock = 64;
 constexpr int kPrefetch = 8;   // groups of 32 ahead (256 bytes of int4 codes each, 320 of int5)
-constexpr int kPrefetch8 = 4;  // int8 blocks of 64 ahead (1 KB each)
+constexpr int kPrefetch8 = 4;  // int8 / IQ4 blocks of 64 ahead (1 KB / 512 bytes each)
 
 // x rows [r0, r1), blocks [b0, b1) of each, quantized per 64-block (a block's result depends on nothing
 // else): q int8, a = max|x| / 127 per block, s = sum(q) per group of 32, t = a * s per group (int4's minimum
@@ -102,27 +102,38 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
 
-// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights, w = d q per group of 32 along K (GGUF's Q8_0):
-// per 64-block of K (one activation scale, two weight groups) the groups' exact int32 dot products scaled as
-// (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
-template <int MT, typename T>
-void int8_tile(const int8_t* q, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0, T* y) {
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights, w = d q per group of 32 along K (GGUF's Q8_0), or
+// (Iq4) int4 codes indexing IQ4_NL's 16 int8 values, w = d kv[q] (GGUF's IQ4_NL, IQ4_XS): per 64-block of K (one
+// activation scale, two weight groups) the groups' exact int32 dot products (less the bias times sum(x) where the
+// path biases w to unsigned bytes) scaled as (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
+template <int MT, bool Iq4, typename T>
+void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq,
+                     int64_t m0, T* y) {
+  constexpr int64_t kGroupBytes = Iq4 ? 256 : 512;  // a group of 32 k x 16 rows: nibbles or int8
+  constexpr int32_t kBias = Iq4 ? kIq4Bias : kInt8Bias;
   const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
-  const int8_t* wt = q + tile * (k / 4) * 64;
+  const uint8_t* wt = codes + tile * g_count * kGroupBytes;
   const at::Half* dt = d + tile * g_count * 16;
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
-    for (int line = 0; line < 16; ++line) prefetch(wt + (b + kPrefetch8) * 16 * 64 + 64 * line);
+    for (int line = 0; line < 2 * kGroupBytes / 64; ++line) {
+      prefetch(wt + (b + kPrefetch8) * 2 * kGroupBytes + 64 * line);
+    }
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
       I16 ip[MT];
-      dot_int8_group<MT>(wt + (2 * b + h) * 8 * 64, xs + b * kBlock + 32 * h, k, ip);
+      if constexpr (Iq4) {
+        dot_iq4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
+      } else {
+        dot_int8_group<MT>(reinterpret_cast<const int8_t*>(wt) + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k,
+                           ip);
+      }
       const F16 dh = fload(dt + (2 * b + h) * 16);
       for (int i = 0; i < MT; ++i) {
-        if (kInt8Bias != 0) ip[i] = isub_scalar(ip[i], kInt8Bias * xq.s[((m0 + i) * nb + b) * 2 + h]);
+        if (kBias != 0) ip[i] = isub_scalar(ip[i], kBias * xq.s[((m0 + i) * nb + b) * 2 + h]);
         both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
       }
     }
@@ -229,7 +240,19 @@ void int3_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, 
 template <typename T>
 void int8_tiles(const int8_t* q, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq, int64_t m,
                 T* y) {
-  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { int8_tile<decltype(mt)::value>(q, d, n, t, xq, m0, y); });
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(q);
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    byte_value_tile<decltype(mt)::value, false>(codes, d, n, t, xq, m0, y);
+  });
+}
+
+// int4 codes into IQ4_NL's values: codes [N/16, K/32, 256] (int4's nibbles, a group's 8 k-quads in a row), d per 32
+template <typename T>
+void iq4_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
+               int64_t m, T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    byte_value_tile<decltype(mt)::value, true>(codes, d, n, t, xq, m0, y);
+  });
 }
 
 // rows [r0, r1), columns [j0, j1) (multiples of 16) of x [M, K] (T) -> float32 xf [M, K]

@@ -14,7 +14,7 @@
 
 namespace radixlm_cpu {
 
-// A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty), int5 (bits 5: codes, d, mn), int6 (bits 6:
+// A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty; or IQ4 codes and d), int5 (bits 5: codes, d, mn), int6 (bits 6:
 // codes with their sub-block scales, d per 256), int3 (bits 3: likewise), int8 (bits 8: q, d per group of 32) or
 // dense (bits 16: the [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
 struct QuantWeightRef {
@@ -24,6 +24,9 @@ struct QuantWeightRef {
   int64_t k() const;  // input columns
   int64_t nbytes() const {  // what a pass over it reads
     return data.nbytes() + scales.nbytes() + (mins.defined() ? mins.nbytes() : 0);
+  }
+  bool iq4() const {  // int4 codes indexing IQ4_NL's values, [N / 16, K / 32, 256] with d per 32
+    return bits == 4 && data.dim() == 3 && data.size(2) == 256;
   }
   bool kform() const {  // int4 / int5 codes in the K-quant layout (each group's scales inline, d and -dmin per 256)
     return (bits == 4 || bits == 5) && data.dim() == 3 && data.size(2) == (bits == 4 ? 288 : 352);

@@ -296,6 +296,41 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
   }
 }
 #endif
+#ifdef RADIXLM_DPBUSD256
+// IQ4_NL's 16 values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x) per group
+constexpr int32_t kIq4Bias = 128;
+inline void iq4_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
+  alignas(16) static const uint8_t kBiased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kBiased)));
+  int4_quad(quad, c_lo, c_hi);
+  *c_lo = _mm256_shuffle_epi8(table, *c_lo);
+  *c_hi = _mm256_shuffle_epi8(table, *c_hi);
+}
+template <int MT>
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 8, 8, 32, iq4_quad>(codes, x, k_stride, ip);
+}
+#else
+// IQ4_NL's 16 values as signed bytes, multiplied as int8's are (|w| times x with w's sign, a maddwd per k-quad)
+constexpr int32_t kIq4Bias = 0;
+template <int MT>
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  alignas(16) static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kValues)));
+  for (int i = 0; i < MT; ++i) ip[i] = izero();
+  for (int kq = 0; kq < 8; ++kq) {
+    __m256i c_lo, c_hi;
+    int4_quad(codes + 32 * kq, &c_lo, &c_hi);
+    const __m256i w0 = _mm256_shuffle_epi8(table, c_lo), w1 = _mm256_shuffle_epi8(table, c_hi);
+    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+    for (int i = 0; i < MT; ++i) {
+      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
+      ip[i].lo = _mm256_add_epi32(ip[i].lo, sum4(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0))));
+      ip[i].hi = _mm256_add_epi32(ip[i].hi, sum4(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1))));
+    }
+  }
+}
+#endif
 inline I16 isub_scalar(I16 a, int32_t x) {
   const __m256i v = _mm256_set1_epi32(x);
   return {_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};

@@ -248,6 +248,19 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
     }
   }
 }
+// IQ4_NL's 16 values as signed bytes (sdot multiplies them as they are)
+constexpr int32_t kIq4Bias = 0;
+inline void iq4_quad(const uint8_t* quad, int8x16_t* w) {
+  static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const int8x16_t table = vld1q_s8(kValues);
+  int4_quad(quad, w);
+  for (int j = 0; j < 4; ++j) w[j] = vqtbl1q_s8(table, vreinterpretq_u8_s8(w[j]));
+}
+// one group of 32 k (8 k-quads of int4's 32 bytes, the codes indices into the values)
+template <int MT>
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 8, 32, iq4_quad>(codes, x, k_stride, ip);
+}
 inline I16 isub_scalar(I16 a, int32_t x) {
   const int32x4_t v = vdupq_n_s32(x);
   return {vsubq_s32(a.q[0], v), vsubq_s32(a.q[1], v), vsubq_s32(a.q[2], v), vsubq_s32(a.q[3], v)};

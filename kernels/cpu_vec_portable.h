@@ -192,6 +192,19 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
     }
   }
 }
+// IQ4_NL's 16 values (the codes of GGUF's IQ4_NL and IQ4_XS index them), multiplied as they are
+constexpr int32_t kIq4Bias = 0;
+template <int MT>
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  static const int kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int i = 0; i < MT; ++i) {
+    ip[i] = I16{};
+    for (int kq = 0; kq < 8; ++kq) {
+      const int8_t* xi = x + i * k_stride + 4 * kq;
+      for (int lane = 0; lane < 64; ++lane) ip[i].v[lane / 4] += kValues[quad_code<4>(codes + 32 * kq, lane)] * xi[lane % 4];
+    }
+  }
+}
 inline I16 isub_scalar(I16 a, int32_t x) {
   for (int i = 0; i < 16; ++i) a.v[i] -= x;
   return a;

@@ -124,11 +124,14 @@ def test_the_capability_variable_makes_the_cpu_act_as_an_older_one(monkeypatch):
 def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
     gen = torch.Generator().manual_seed(rows * k)
     n = 96
-    codes, d, mn = ck.pack_int4(*_int4_weight(n, k, gen))
+    q4, d4, mn4 = _int4_weight(n, k, gen)
+    codes, d, mn = ck.pack_int4(q4, d4, mn4)
+    iq4, diq4 = ck.pack_iq4(q4, d4)  # the codes as indices into IQ4_NL's values
     q8, d8 = ck.pack_int8(*_int8_weight(n, k, gen))
     x = (torch.randn(rows, k, generator=gen) * torch.rand(1, k, generator=gen) * 4).to(dtype)
     x[0, :64] = 0  # an all-zero block (scale 0)
     for got, want in ((ck.int4_linear(x, codes, d, mn, isa(path)), ck.int4_linear_torch(x, codes, d, mn)),
+                      (ck.int4_linear(x, iq4, diq4, None, isa(path)), ck.int4_linear_torch(x, iq4, diq4, None)),
                       (ck.int8_linear(x, q8, d8, isa(path)), ck.int8_linear_torch(x, q8, d8))):
         assert got.dtype == dtype and got.shape == (rows, n)
         assert_close_to_reference(got, want)
@@ -138,12 +141,17 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
     """Every path gives the same bits, and a row's result is the same alone or in any batch (the rows of
-    x come in runs of 8 / 4 / 2 / 1 through different tile sizes)."""
+    x come in runs of 8 / 4 / 2 / 1 through different tile sizes): int4, int8, int4 in the IQ4 layout."""
     gen = torch.Generator().manual_seed(7)
-    codes, d, mn = ck.pack_int4(*_int4_weight(64, 1536, gen))
+    q4, d4, mn4 = _int4_weight(64, 1536, gen)
+    q4[:, :32] = 0  # IQ4's -127 where x is 127 below (the products at their largest)
+    codes, d, mn = ck.pack_int4(q4, d4, mn4)
+    iq4, diq4 = ck.pack_iq4(q4, d4)
     q8, d8 = ck.pack_int8(*_int8_weight(64, 1536, gen))
     x = (torch.randn(13, 1536, generator=gen) * 3).to(dtype)
-    for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, d8, i)):
+    x[:, :32] = 100.0
+    for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, d8, i),
+                lambda i, xs: ck.int4_linear(xs, iq4, diq4, None, i)):
         full = same_on_every_path(lambda i, run=run: run(i, x))
         best = isa(cpu_ext.supported()[-1])
         for r in (0, 5, 12):
@@ -202,6 +210,9 @@ def test_matmuls_reject_bad_inputs_with_a_message():
         ck.int4_linear(torch.zeros(1, 128, dtype=torch.float16), codes, d, mn, 0)
     with pytest.raises(RuntimeError, match="kernel path 9"):
         ck.int4_linear(torch.zeros(1, 128), codes, d, mn, 9)
+    iq4, diq4 = ck.pack_iq4(torch.zeros(16, 128, dtype=torch.uint8), torch.ones(16, 4))
+    with pytest.raises(RuntimeError, match="IQ4 layout"):  # IQ4 codes take no minimums
+        ck.int4_linear(torch.zeros(1, 128), iq4, diq4, mn, 0)
 
 
 def _decode_case(dtype, d, heads, gen):
