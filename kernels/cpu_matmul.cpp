@@ -26,7 +26,8 @@
 //   k-quads of 24 bytes (16 bytes of the low two bits, as int6's high bits, then 8 bytes of third bits, bit l of lane l
 //   as int5's fifth bits) and the 16 rows' int8 sc_j; d float16 [N/16, K/256, 16].
 // IQ4 layout of int4 (GGUF's IQ4_NL, IQ4_XS): w = d * kv[q], kv IQ4_NL's 16 int8 values, q in [0, 15]: codes
-//   [N/16, K/32, 256] (a group's 8 k-quads of int4's bytes), d float16 [N/16, K/32, 16], no minimums.
+//   [N/16, K/32, 256] (a group's 8 k-quads of int4's bytes), d float16 [N/16, K/32, 16], no minimums; IQ4_XS's:
+//   [N/16, K/32, 272], each group's codes then the tile's 16 int8 scales sc, d [N/16, K/256, 16]: w = d sc kv[q].
 // int8: w = d * q per group of 32 along K (GGUF's Q8_0), q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k),
 //   d float16 [N/16, K/32, 16] (as int4's).
 // dense: w [N/16, K, 16] in bfloat16 or float32, k-major inside a tile; x is widened to float32.
@@ -76,11 +77,13 @@ void check_weight(const QuantWeightRef& w) {
   if (w.kform()) {
     check_kform(w);
   } else if (w.iq4()) {
+    const int64_t per = w.iq4_xs() ? 8 : 1;  // groups a scale
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 &&
-                w.scales.size(0) == w.data.size(0) && w.scales.size(1) == w.data.size(1) && w.scales.size(2) == 16 &&
-                (!w.mins.defined() || w.mins.numel() == 0) && w.data.is_contiguous() && w.scales.is_contiguous(),
-                "int4 weight, IQ4 layout: uint8 codes [N / 16, K / 32, 256] with float16 d [N / 16, K / 32, 16] and no "
-                "minimums");
+                w.scales.size(0) == w.data.size(0) && w.scales.size(1) * per == w.data.size(1) &&
+                w.scales.size(2) == 16 && (!w.mins.defined() || w.mins.numel() == 0) && w.data.is_contiguous() &&
+                w.scales.is_contiguous(),
+                "int4 weight, IQ4 layout: uint8 codes [N / 16, K / 32, 256] with float16 d [N / 16, K / 32, 16] (or "
+                "[.., 272] with d [N / 16, K / 256, 16]) and no minimums");
   } else if (w.bits == 5) {
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == 40 &&
                 w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.mins.defined() &&
@@ -138,8 +141,8 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
     using T = std::remove_pointer_t<decltype(tag)>;
     T* out = y.data_ptr<T>() + col0;
     if (w.iq4()) {
-      RADIXLM_ISA_CALL(isa, iq4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
-                       out);
+      RADIXLM_ISA_CALL(isa, iq4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), w.iq4_xs(), n, t0,
+                       t1, a.q, m, out);
     } else if (w.bits == 4) {
       const at::Half* mn = w.mins.defined() && w.mins.numel() > 0 ? w.mins.data_ptr<at::Half>() : nullptr;
       RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, w.kform(), n,

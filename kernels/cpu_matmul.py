@@ -22,7 +22,7 @@ SUB_QUAD = {6: 48, 3: 24}  # bytes a k-quad of int6 / int3 codes
 SUB_OFFSET = {6: 32, 3: 4}  # w = d sc (q - offset)
 IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                           dtype=torch.int8)  # GGUF's IQ4_NL / IQ4_XS: w = d IQ4_VALUES[q]
-IQ4_GROUP_BYTES = 256  # the IQ4 layout's codes a group of 32 (int4's 8 k-quads)
+IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
 __all__ = ["available", "dense_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear",
            "pack_dense", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8", "pack_iq4"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
@@ -127,20 +127,30 @@ def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tupl
     return _nibbles(q), _pack_scales(d), None if mn is None else _pack_scales(mn)
 
 
-def pack_iq4(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def pack_iq4(q: torch.Tensor, d: torch.Tensor, sc: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """codes q [N, K] in [0, 15] indexing IQ4_VALUES, d [N, K / 32] (w = d IQ4_VALUES[q] per group of 32, GGUF's
     IQ4_NL) -> the int4 kernel's IQ4 layout (codes uint8 [N / 16, K / 32, 256]: pack_int4's bytes, a group's 8
-    k-quads in a row; d float16 [N / 16, K / 32, 16])."""
+    k-quads in a row; d float16 [N / 16, K / 32, 16]). With sc int8 [N, K / 32] and d [N, K / 256] (IQ4_XS: w = d sc
+    IQ4_VALUES[q]): each group's codes then the tile's 16 sc, [N / 16, K / 32, 272], d float16 [N / 16, K / 256, 16]."""
     n, k = q.shape
-    return _nibbles(q).view(n // 16, k // GROUP, IQ4_GROUP_BYTES), _pack_scales(d)
+    codes = _nibbles(q).view(n // 16, k // GROUP, 256)
+    if sc is None:
+        return codes, _pack_scales(d)
+    if k % SUPER:
+        raise ValueError(f"IQ4_XS weights need K divisible by {SUPER}, got [{n}, {k}]")
+    scales = sc.to(torch.int8).view(n // 16, 16, k // GROUP).transpose(1, 2).contiguous().view(torch.uint8)
+    return torch.cat((codes, scales), dim=2).contiguous(), _pack_scales(d)
 
 
 def dequantize_iq4(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """-> w [N, K] float32 = d IQ4_VALUES[q] per group of 32."""
+    """-> w [N, K] float32 = d IQ4_VALUES[q] per group of 32 (IQ4_XS: d sc IQ4_VALUES[q], d sc exact)."""
     nt, groups = codes.shape[:2]
-    q = _unnibble(codes.reshape(nt, groups * 8, 32))
-    w = IQ4_VALUES[q.long()].float().view(nt * 16, groups, GROUP) * _unpack_scales(d).float()[..., None]
-    return w.flatten(1)
+    q = _unnibble(codes[:, :, :256].reshape(nt, groups * 8, 32))
+    scale = _unpack_scales(d).float()
+    if IQ4_GROUP_BYTES[codes.shape[2]]:
+        sc = codes[:, :, 256:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, groups)
+        scale = scale.repeat_interleave(SUPER // GROUP, 1) * sc.float()
+    return (IQ4_VALUES[q.long()].float().view(nt * 16, groups, GROUP) * scale[..., None]).flatten(1)
 
 
 def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -329,7 +339,7 @@ def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | Non
     """-> w [N, K] float32 = d * q + mn per group of 32 (plain or K-quant layout), or d IQ4_VALUES[q] (IQ4)."""
     if codes.shape[2] == KFORM_BYTES[4]:
         return dequantize_kquant(codes, d, mn)
-    if codes.shape[2] == IQ4_GROUP_BYTES:
+    if codes.shape[2] in IQ4_GROUP_BYTES:
         return dequantize_iq4(codes, d)
     q, d, mn = unpack_int4(codes, d, mn)
     q = q.float().view(q.shape[0], -1, GROUP)

@@ -103,23 +103,24 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
 }
 
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights, w = d q per group of 32 along K (GGUF's Q8_0), or
-// (Iq4) int4 codes indexing IQ4_NL's 16 int8 values, w = d kv[q] (GGUF's IQ4_NL, IQ4_XS): per 64-block of K (one
+// (Iq4) int4 codes indexing IQ4_NL's 16 int8 values, w = d kv[q] (GGUF's IQ4_NL; Xs: IQ4_XS, each group's codes
+// followed by the tile's 16 int8 scales sc, d per 256, so d_g = d sc exactly in float32): per 64-block of K (one
 // activation scale, two weight groups) the groups' exact int32 dot products (less the bias times sum(x) where the
 // path biases w to unsigned bytes) scaled as (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
-template <int MT, bool Iq4, typename T>
+template <int MT, bool Iq4, bool Xs, typename T>
 void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq,
                      int64_t m0, T* y) {
-  constexpr int64_t kGroupBytes = Iq4 ? 256 : 512;  // a group of 32 k x 16 rows: nibbles or int8
+  constexpr int64_t kGroupBytes = Iq4 ? (Xs ? 272 : 256) : 512;  // a group of 32 k x 16 rows: nibbles (+ sc) or int8
   constexpr int32_t kBias = Iq4 ? kIq4Bias : kInt8Bias;
-  const int64_t k = xq.k, nb = xq.nb, g_count = k / 32;
+  const int64_t k = xq.k, nb = xq.nb, g_count = k / 32, s_count = Xs ? k / 256 : g_count;
   const uint8_t* wt = codes + tile * g_count * kGroupBytes;
-  const at::Half* dt = d + tile * g_count * 16;
+  const at::Half* dt = d + tile * s_count * 16;
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
-  prefetch(d + (tile + 1) * g_count * 16);  // the next tile's scales, read soon after this one
+  prefetch(d + (tile + 1) * s_count * 16);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
-    for (int line = 0; line < 2 * kGroupBytes / 64; ++line) {
+    for (int line = 0; line < (2 * kGroupBytes + 63) / 64; ++line) {
       prefetch(wt + (b + kPrefetch8) * 2 * kGroupBytes + 64 * line);
     }
     F16 both[MT];
@@ -131,7 +132,13 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t
         dot_int8_group<MT>(reinterpret_cast<const int8_t*>(wt) + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k,
                            ip);
       }
-      const F16 dh = fload(dt + (2 * b + h) * 16);
+      F16 dh;
+      if constexpr (Xs) {
+        const int8_t* sc = reinterpret_cast<const int8_t*>(wt + (2 * b + h) * kGroupBytes + 256);
+        dh = mul(to_float(widen_int8(sc)), fload(dt + b / 4 * 16));
+      } else {
+        dh = fload(dt + (2 * b + h) * 16);
+      }
       for (int i = 0; i < MT; ++i) {
         if (kBias != 0) ip[i] = isub_scalar(ip[i], kBias * xq.s[((m0 + i) * nb + b) * 2 + h]);
         both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
@@ -242,16 +249,21 @@ void int8_tiles(const int8_t* q, const at::Half* d, int64_t n, int64_t t0, int64
                 T* y) {
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(q);
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    byte_value_tile<decltype(mt)::value, false>(codes, d, n, t, xq, m0, y);
+    byte_value_tile<decltype(mt)::value, false, false>(codes, d, n, t, xq, m0, y);
   });
 }
 
-// int4 codes into IQ4_NL's values: codes [N/16, K/32, 256] (int4's nibbles, a group's 8 k-quads in a row), d per 32
+// int4 codes into IQ4_NL's values: codes [N/16, K/32, 256] (int4's nibbles, a group's 8 k-quads in a row), d per
+// 32; xs: [N/16, K/32, 272], each group's codes then the tile's 16 int8 scales, d per 256
 template <typename T>
-void iq4_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
-               int64_t m, T* y) {
+void iq4_tiles(const uint8_t* codes, const at::Half* d, bool xs, int64_t n, int64_t t0, int64_t t1,
+               const QuantizedX& xq, int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    byte_value_tile<decltype(mt)::value, true>(codes, d, n, t, xq, m0, y);
+    if (xs) {
+      byte_value_tile<decltype(mt)::value, true, true>(codes, d, n, t, xq, m0, y);
+    } else {
+      byte_value_tile<decltype(mt)::value, true, false>(codes, d, n, t, xq, m0, y);
+    }
   });
 }
 

@@ -25,8 +25,11 @@ struct QuantWeightRef {
   int64_t nbytes() const {  // what a pass over it reads
     return data.nbytes() + scales.nbytes() + (mins.defined() ? mins.nbytes() : 0);
   }
-  bool iq4() const {  // int4 codes indexing IQ4_NL's values, [N / 16, K / 32, 256] with d per 32
-    return bits == 4 && data.dim() == 3 && data.size(2) == 256;
+  bool iq4() const {  // int4 codes indexing IQ4_NL's values: [N / 16, K / 32, 256] with d per 32, or IQ4_XS's
+    return bits == 4 && data.dim() == 3 && (data.size(2) == 256 || iq4_xs());
+  }
+  bool iq4_xs() const {  // [N / 16, K / 32, 272]: each group's codes then 16 int8 scales, d per 256
+    return bits == 4 && data.dim() == 3 && data.size(2) == 272;
   }
   bool kform() const {  // int4 / int5 codes in the K-quant layout (each group's scales inline, d and -dmin per 256)
     return (bits == 4 || bits == 5) && data.dim() == 3 && data.size(2) == (bits == 4 ? 288 : 352);

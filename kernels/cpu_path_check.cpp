@@ -131,7 +131,7 @@ void check_matmuls(int64_t m, const char* dtype) {
     xq_q.assign(m * k, 0);
     const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb};
     quantize(x.data(), 0, m, 0, nb, xq);
-    y.assign(9, std::vector<T>(m * n));
+    y.assign(10, std::vector<T>(m * n));
     int4(codes.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[0].data());
     int4(codes.data(), d.data(), nullptr, false, n, 0, n / 16, xq, m, y[1].data());
     int5(codes5.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[2].data());
@@ -140,7 +140,8 @@ void check_matmuls(int64_t m, const char* dtype) {
     int4(k4.data(), d8.data(), mn.data(), true, n, 0, n / 16, xq, m, y[5].data());  // d8, mn: d, -dmin per 256
     int5(k5.data(), d8.data(), mn.data(), true, n, 0, n / 16, xq, m, y[6].data());
     int3(codes3.data(), d8.data(), n, 0, n / 16, xq, m, y[7].data());
-    iq4(codes.data(), d8.data(), n, 0, n / 16, xq, m, y[8].data());  // int4's bytes as IQ4 codes
+    iq4(codes.data(), d8.data(), false, n, 0, n / 16, xq, m, y[8].data());  // int4's bytes as IQ4 codes
+    iq4(k4.data(), d8.data(), true, n, 0, n / 16, xq, m, y[9].data());  // IQ4_XS: 272 of k4's 288 bytes a group
   };
   std::vector<int8_t> pq, nq;
   std::vector<std::vector<T>> p, o;
@@ -152,10 +153,10 @@ void check_matmuls(int64_t m, const char* dtype) {
       radixlm_path::iq4_tiles<T>, nq, o);
   const std::string tag = std::string(dtype) + " M=" + std::to_string(m);
   expect_same(("quantize x " + tag).c_str(), pq, nq);
-  const char* names[9] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
-                          "int4 matmul, K-quant layout ", "int5 matmul, K-quant layout ", "int3 matmul ",
-                          "int4 matmul, IQ4 layout "};
-  for (int w = 0; w < 9; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
+  const char* names[10] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
+                           "int4 matmul, K-quant layout ", "int5 matmul, K-quant layout ", "int3 matmul ",
+                           "int4 matmul, IQ4 layout ", "int4 matmul, IQ4_XS layout "};
+  for (int w = 0; w < 10; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
 }
 
 // one extend task (n tokens x G heads) over scattered slots of a head-major pool, D = 64

@@ -120,7 +120,7 @@ def test_the_capability_variable_makes_the_cpu_act_as_an_older_one(monkeypatch):
 @pytest.mark.parametrize("path", PATH_PARAMS)
 @pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 13, 40])  # every run of 8 / 4 / 2 / 1 rows, and prefill
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("k", [64, 576])
+@pytest.mark.parametrize("k", [64, 576, 768])
 def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
     gen = torch.Generator().manual_seed(rows * k)
     n = 96
@@ -130,9 +130,13 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
     q8, d8 = ck.pack_int8(*_int8_weight(n, k, gen))
     x = (torch.randn(rows, k, generator=gen) * torch.rand(1, k, generator=gen) * 4).to(dtype)
     x[0, :64] = 0  # an all-zero block (scale 0)
-    for got, want in ((ck.int4_linear(x, codes, d, mn, isa(path)), ck.int4_linear_torch(x, codes, d, mn)),
-                      (ck.int4_linear(x, iq4, diq4, None, isa(path)), ck.int4_linear_torch(x, iq4, diq4, None)),
-                      (ck.int8_linear(x, q8, d8, isa(path)), ck.int8_linear_torch(x, q8, d8))):
+    cases = [(ck.int4_linear(x, codes, d, mn, isa(path)), ck.int4_linear_torch(x, codes, d, mn)),
+             (ck.int4_linear(x, iq4, diq4, None, isa(path)), ck.int4_linear_torch(x, iq4, diq4, None)),
+             (ck.int8_linear(x, q8, d8, isa(path)), ck.int8_linear_torch(x, q8, d8))]
+    if k % 256 == 0:  # IQ4_XS: an int8 scale per 32, d per 256
+        xs, dxs = ck.pack_iq4(q4, d4[:, ::8] / 32, torch.randint(-32, 32, d4.shape, generator=gen))
+        cases.append((ck.int4_linear(x, xs, dxs, None, isa(path)), ck.int4_linear_torch(x, xs, dxs, None)))
+    for got, want in cases:
         assert got.dtype == dtype and got.shape == (rows, n)
         assert_close_to_reference(got, want)
 
@@ -147,11 +151,13 @@ def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
     q4[:, :32] = 0  # IQ4's -127 where x is 127 below (the products at their largest)
     codes, d, mn = ck.pack_int4(q4, d4, mn4)
     iq4, diq4 = ck.pack_iq4(q4, d4)
+    xs4, dxs4 = ck.pack_iq4(q4, d4[:, ::8] / 32, torch.full(d4.shape, -32))
     q8, d8 = ck.pack_int8(*_int8_weight(64, 1536, gen))
     x = (torch.randn(13, 1536, generator=gen) * 3).to(dtype)
     x[:, :32] = 100.0
     for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, d8, i),
-                lambda i, xs: ck.int4_linear(xs, iq4, diq4, None, i)):
+                lambda i, xs: ck.int4_linear(xs, iq4, diq4, None, i),
+                lambda i, xs: ck.int4_linear(xs, xs4, dxs4, None, i)):
         full = same_on_every_path(lambda i, run=run: run(i, x))
         best = isa(cpu_ext.supported()[-1])
         for r in (0, 5, 12):

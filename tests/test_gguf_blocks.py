@@ -16,6 +16,9 @@ from radixlm.runtime.engine import Engine
 from radixlm.runtime.model.gguf_blocks import QuantBlocks
 from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.loader import load_model, resolve_quantization
+from radixlm.runtime.model.quantization import QuantWeight
+
+from .test_cpu_kernels import assert_close_to_reference
 
 # where a block's float16 super-scales sit (byte offsets), so random blocks decode to weights of ~0.02
 SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82), "IQ4_NL": (0,),
@@ -82,7 +85,7 @@ def test_q6_k_loads_exactly_as_int6():
         QuantBlocks.from_float(got, 6)
 
 
-@pytest.mark.parametrize(("qtype", "bits"), [("Q2_K", 4), ("IQ4_NL", 4), ("IQ4_XS", 4)])
+@pytest.mark.parametrize(("qtype", "bits"), [("Q2_K", 4)])
 def test_other_types_requantize_at_their_width(qtype, bits):
     """Through their float32 values, per group of 32: within half a step of the width they load at (plus the
     float16 rounding of the group's scale and minimum)."""
@@ -111,6 +114,32 @@ def test_q3_k_loads_exactly_as_int3_and_as_int6():
     assert torch.equal(ck.dequantize_subblocks(codes, d), want)
     with pytest.raises(ValueError, match="int3"):
         QuantBlocks.from_gguf(random_blocks("Q4_K", 16, 256), "Q4_K", [16, 256]).to_bits(3)
+
+
+@pytest.mark.parametrize("qtype", ["IQ4_NL", "IQ4_XS"])
+def test_iq4_loads_exactly_as_int4_codes_into_its_values(qtype):
+    """IQ4_NL (w = d kv[q] per 32) and IQ4_XS (w = d sc kv[q], a 6-bit sc per 32, d per 256): the codes and scales as
+    the file holds them (gguf's dequantization bit for bit), through the kernels' IQ4 layout, its embedding rows
+    and its matmul; stacked with another 4-bit form they requantize (as int8 unless told), apart they keep it."""
+    raw = random_blocks(qtype, 32, 512, seed=6)
+    want = reference(raw, qtype, 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, qtype, [32, 512])
+    assert blocks.bits == 4 and blocks.iq4 and blocks.form == qtype.lower()
+    assert torch.equal(blocks.dequantize(), want)
+    quant = QuantWeight.from_iq4_codes(blocks.q, blocks.d, blocks.sub, torch.float32, cpu_ext.resolve("portable")) \
+        if cpu_ext.available() else None
+    if quant is not None:
+        assert quant.kind == "int4" and torch.equal(quant.dequantize(), want)
+        ids = torch.tensor([0, 9, 31, 16])
+        assert torch.equal(quant.rows(ids), want[ids])
+        x = torch.randn(3, 512)
+        assert_close_to_reference(quant.matmul(x), ck.int4_linear_torch(x, quant.data, quant.scales, None))
+    four = QuantBlocks.from_gguf(random_blocks("Q4_K", 32, 512), "Q4_K", [32, 512])
+    assert QuantBlocks.stack([blocks, blocks]).form == blocks.form
+    assert QuantBlocks.stack([blocks, four]).bits == 8 and QuantBlocks.stack([blocks, four], bits=4).form == "int4"
+    assert [b.form for b in QuantBlocks.stack_runs([four, blocks])] == ["int4", blocks.form]
+    with pytest.raises(ValueError, match="IQ4 blocks have no minimums"):
+        blocks.minimums()
 
 
 def test_a_stack_of_widths_takes_the_widest_unless_told():
@@ -179,7 +208,8 @@ def write_mixed_file(path: str, embedding: str = "Q8_0", base: str = "Q4_K") -> 
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
-@pytest.mark.parametrize(("base", "width", "code_bytes"), [("Q4_K", "int4", 288), ("Q3_K", "int3", 112)])
+@pytest.mark.parametrize(("base", "width", "code_bytes"), [("Q4_K", "int4", 288), ("Q3_K", "int3", 112),
+                                                         ("IQ4_XS", "int4", 272)])
 def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width, code_bytes):
     """auto -> mixed: int4 where the file has Q4_K (int3 where Q3_K), int5 where it has 5 bits, int6 where it has
     Q6_K; a qkv whose v is wider than its q and k keeps v as its tail (int4 q, k and int6 or int5 v); the fused
@@ -199,7 +229,7 @@ def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width
     assert kinds == [[sorted([w, "int6"]), [w], [w], ["int6"]], [sorted([w, "int5"]), [w], [w], ["int5"]]]
     qkv = mixed.model.layers[0].self_attn.qkv_proj.quant
     assert (qkv.kind, qkv.tail.kind, qkv.out_features, qkv.tail.out_features) == (w, "int6", 512, 128)
-    assert qkv.data.shape[2] == code_bytes  # q, k in the K-quant layout or int3's, exactly the file's
+    assert qkv.data.shape[2] == code_bytes  # q, k in the K-quant, int3 or IQ4_XS layout, exactly the file's
     assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {w, "int5", "int6"}
     dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
                               max_total_tokens=1024)

@@ -2,12 +2,13 @@
 (QuantBlocks).
 
 Every quantized GGUF type loads at the width closest to the file's: Q3_K -> int3 (its own form: w = d sc (q - 4),
-q in [0, 7], an int8 sc per 16, d per 256), other types of 4 bits or fewer -> int4 (w = d q + mn per group of 32, q
-in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc (q - 32), q in
+q in [0, 7], an int8 sc per 16, d per 256), IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values (w = d
+kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8 sc per 32, d per 256), other types of 4 bits or fewer -> int4 (w =
+d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc (q - 32), q in
 [0, 63], sc and d as int3's), 8 bits -> int8 (w = d q, q in [-127, 127]). Exact where the type fits that form:
-Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and Q8_0 bit for bit, Q4_K and Q5_K through their own scales (KScales, which
-the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once mixed with other types; the
-other types (Q2_K, IQ4_*) through their float32 values, quantized per group of 32 (int4_codes / int8_codes).
+Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL and IQ4_XS bit for bit, Q4_K and Q5_K through their own scales
+(KScales, which the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once mixed with
+other types; Q2_K through its float32 values, quantized per group of 32 (int4_codes / int8_codes).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from radixlm.kernels.cpu_matmul import IQ4_VALUES
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 THREE_BIT = frozenset({"Q3_K"})  # GGUF types kept as int3
@@ -33,6 +35,7 @@ _BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
 _SUPER_BYTES = {"Q4_K": 144, "Q5_K": 176}
 _Q6_K_BYTES = 210  # 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, d float16
 _Q3_K_BYTES = 110  # 32 bytes of third bits, 64 of low bit pairs, 12 of 6-bit scales, d float16
+_IQ4_BYTES = {"IQ4_NL": 18, "IQ4_XS": 136}  # (d, 16 code bytes) per 32; (d, 2 + 4 bytes of 6-bit scales, 128) per 256
 OWN_FORMS = frozenset({3, 6})  # widths whose form (w = d sc (q - offset)) no other width shares
 
 
@@ -65,14 +68,21 @@ class KScales:
 class QuantBlocks:
     """A weight [N, K] in groups of 32 along K. 4 and 5 bits: w = d q + m, codes q in [0, 15] or [0, 31]; 8 bits:
     w = d q, q in [-127, 127]; 6 bits (Q6_K): w = d sub (q - 32), q in [0, 63], sub per 16 along K, d per 256;
-    3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'."""
+    3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'; iq4 (4 bits, IQ4_NL / IQ4_XS): w = d
+    kv[q] with kv IQ4_NL's values (cpu_matmul.IQ4_VALUES), or w = d sub kv[q] with sub per 32, d per 256 (IQ4_XS)."""
 
     q: torch.Tensor  # [N, K] uint8 (3, 4, 5, 6 bits) or int8 (8 bits)
     d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 3 and 6 bits)
     m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for 3, 6, 8 bits
     bits: int = 4
-    sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales
+    sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]
     kq: KScales | None = None  # Q4_K / Q5_K: their own scales
+    iq4: bool = False  # 4-bit codes indexing IQ4_NL's values (d per 32, or per 256 with sub)
+
+    @property
+    def form(self) -> str:
+        """What parts must share to stack as they are: the width, and for 4 bits the IQ4 forms apart."""
+        return ("iq4_xs" if self.sub is not None else "iq4_nl") if self.iq4 else f"int{self.bits}"
 
     @classmethod
     def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> QuantBlocks:
@@ -87,6 +97,9 @@ class QuantBlocks:
             return _q6_k_blocks(data.reshape(n * k // 256, _Q6_K_BYTES), n, k)
         if qtype == "Q3_K":
             return _q3_k_blocks(data.reshape(n * k // 256, _Q3_K_BYTES), n, k)
+        if qtype in _IQ4_BYTES:
+            per = 32 if qtype == "IQ4_NL" else 256
+            return _iq4_blocks(data.reshape(n * k // per, _IQ4_BYTES[qtype]), n, k)
         if qtype not in WIDTHS:
             raise ValueError(f"model: GGUF type {qtype} has no int4 / int5 / int6 / int8 form")
         import gguf
@@ -112,6 +125,8 @@ class QuantBlocks:
         q - 16 and 3-bit ones as 6-bit codes q + 28 (all exact), or requantized from their float32 values."""
         if bits == self.bits:
             return self
+        if self.iq4:
+            return QuantBlocks.from_float(self.dequantize(), bits)
         if (self.bits, bits) == (3, 6):
             return QuantBlocks(self.q + 28, self.d, None, 6, self.sub)
         if bits in OWN_FORMS:
@@ -128,6 +143,11 @@ class QuantBlocks:
         so a Q4_K q and k stacked with a Q5_K v become int5, Q3_K ones with a Q6_K v int6, or int8 where int3 or
         int6, whose form no other width shares, meets another: no part loses precision; stack_runs keeps such a v
         apart instead); minimums stored unless no part has any."""
+        if any(p.iq4 for p in parts):
+            if len({p.form for p in parts}) == 1 and bits in (None, 4):
+                sub = None if parts[0].sub is None else torch.cat([p.sub for p in parts])
+                return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), None, 4, sub, iq4=True)
+            parts = [QuantBlocks.from_float(p.dequantize(), bits or 8) if p.iq4 else p for p in parts]
         widths = {p.bits for p in parts}
         bits = bits or (8 if widths & OWN_FORMS and not widths <= OWN_FORMS else max(widths))
         parts = [p.to_bits(bits) for p in parts]
@@ -140,15 +160,17 @@ class QuantBlocks:
 
     @classmethod
     def stack_runs(cls, parts: list[QuantBlocks]) -> list[QuantBlocks]:
-        """Row blocks one after another, the last run of parts of one width kept at it: [the stack] where every
-        part shares a width, else [the stack of the parts before that run, the run's stack] (a Q4_K_M qkv: q and k
+        """Row blocks one after another, the last run of parts of one form kept at it: [the stack] where every
+        part shares a form, else [the stack of the parts before that run, the run's stack] (a Q4_K_M qkv: q and k
         in Q4_K, v in Q6_K), which the kernels take as a weight and its tail."""
         j = len(parts) - 1
-        while j > 0 and parts[j - 1].bits == parts[-1].bits:
+        while j > 0 and parts[j - 1].form == parts[-1].form:
             j -= 1
         return [cls.stack(parts)] if j == 0 else [cls.stack(parts[:j]), cls.stack(parts[j:])]
 
     def minimums(self) -> torch.Tensor:
+        if self.iq4:
+            raise ValueError("model: IQ4 blocks have no minimums")
         if self.bits in OWN_FORMS:
             raise ValueError(f"model: int{self.bits} (Q{self.bits}_K) blocks have no minimums")
         if self.bits == 8:
@@ -162,13 +184,16 @@ class QuantBlocks:
     def take_rows(self, index: torch.Tensor) -> QuantBlocks:
         return QuantBlocks(self.q[index], self.d[index], None if self.m is None else self.m[index], self.bits,
                            None if self.sub is None else self.sub[index],
-                           None if self.kq is None else self.kq.take_rows(index))
+                           None if self.kq is None else self.kq.take_rows(index), self.iq4)
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32."""
         n, k = self.q.shape
         if self.kq is not None:
             return self.kq.dequantize(self.q)
+        if self.iq4:
+            d = self.d.float() if self.sub is None else self.d.float().repeat_interleave(8, 1) * self.sub.float()
+            return (IQ4_VALUES[self.q.long()].float().view(n, k // 32, 32) * d[..., None]).view(n, k)
         if self.bits in OWN_FORMS:
             w = (self.q.float() - 2 ** (self.bits - 1)).view(n, k // 16, 16) * self.sub.float()[..., None]
             return (w.view(n, k // 256, 256) * self.d.float()[..., None]).view(n, k)
@@ -252,3 +277,23 @@ def _q3_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
     q = (low | (third << 2)).astype(np.uint8).reshape(n, k)
     return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d.copy()), None, 3,
                        torch.from_numpy(np.ascontiguousarray(sc).reshape(n, k // 16)))
+
+
+def _iq4_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
+    """IQ4_NL blocks [N K / 32, 18] (d, then 16 code bytes as Q4_0's: code j in byte j's low nibble, j + 16 in its
+    high one) or IQ4_XS super-blocks [N K / 256, 136] (d, scales_h uint16, 4 bytes scales_l, then 8 groups of 16
+    code bytes as IQ4_NL's; group g's scale is the low (g even) or high nibble of scales_l[g // 2] with bits 2 g ..
+    + 1 of scales_h on top, less 32) -> IQ4 blocks, exactly."""
+    d = blocks[:, 0:2].copy().view(np.float16)[:, 0]
+    qs = blocks[:, -128:] if blocks.shape[1] == _IQ4_BYTES["IQ4_XS"] else blocks[:, 2:]
+    qs = qs.reshape(-1, 1, 16)
+    q = np.concatenate((qs & 15, qs >> 4), axis=1).reshape(n, k)  # [groups, 2, 16] -> each group's 32 in order
+    if blocks.shape[1] == _IQ4_BYTES["IQ4_NL"]:
+        return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d.reshape(n, k // 32).copy()),
+                           None, 4, iq4=True)
+    g = np.arange(8)
+    high = (blocks[:, 2:4].copy().view(np.uint16) >> (2 * g).astype(np.uint16)) & 3  # [S, 8]
+    low = (blocks[:, 4 + g // 2] >> (4 * (g % 2)).astype(np.uint8)) & 15
+    sc = (low | (high.astype(np.uint8) << 4)).astype(np.int8) - np.int8(32)
+    return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d.reshape(n, k // 256).copy()),
+                       None, 4, torch.from_numpy(np.ascontiguousarray(sc).reshape(n, k // 32)), iq4=True)

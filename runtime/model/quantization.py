@@ -45,7 +45,9 @@ class QuantWeight:
     Q4_K / Q5_K in the K-quant layout: data [N / 16, K / 32, 288 or 352] (each group's codes, then its 6-bit
     scales and minimums), scales d and mins -dmin float16 [N / 16, K / 256, 16]; int6 (GGUF's Q6_K only): data
     uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; int3 (Q3_K only):
-    as int6's with [N / 16, K / 16, 112]; dense:
+    as int6's with [N / 16, K / 16, 112]; int4 from IQ4_NL / IQ4_XS in the IQ4 layout: data [N / 16, K / 32, 256 or
+    272] (codes indexing IQ4_NL's values; IQ4_XS's int8 scales after each group's), scales float16 per 32 or 256;
+    dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
     models: ``tile_dense``).
 
@@ -114,6 +116,16 @@ class QuantWeight:
         n, k = q.shape
         codes, d16 = (native.pack_int6 if bits == 6 else native.pack_int3)(q, sub, d)
         return cls(f"int{bits}", codes, d16, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
+
+    @classmethod
+    def from_iq4_codes(cls, q: torch.Tensor, d: torch.Tensor, sub: torch.Tensor | None, act_dtype: torch.dtype,
+                       isa: int) -> QuantWeight:
+        """An IQ4_NL weight given as its codes q [N, K] in [0, 15] and d [N, K / 32] (w = d IQ4_VALUES[q]), or an
+        IQ4_XS one with sub int8 [N, K / 32] and d [N, K / 256] (w = d sub IQ4_VALUES[q]) -> int4 in the native
+        backend's IQ4 layout, exactly."""
+        n, k = q.shape
+        codes, d16 = native.pack_iq4(q, d, sub)
+        return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
 
     @classmethod
     def from_int8_codes(cls, q: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype, isa: int) -> QuantWeight:
@@ -249,7 +261,12 @@ class QuantWeight:
         quads = groups[:, :, :256].reshape(ids.shape[0], -1, 8, 4)  # [T, K / 4, 8, 4]: byte 4 (lane % 8) + k % 4
         nib = quads[t, :, lane % 8]  # [T, K / 4, 4]
         q = torch.where((lane >= 8)[:, None, None], nib >> 4, nib & 15).reshape(ids.shape[0], self.in_features)
-        d = self.scales[tile, :, lane].float()  # [T, K / 32], or [T, K / 256] with the K-quant layout
+        d = self.scales[tile, :, lane].float()  # [T, K / 32], or [T, K / 256] with the K-quant or IQ4_XS layout
+        if self.data.shape[2] in native.IQ4_GROUP_BYTES:  # w = d IQ4_VALUES[q], IQ4_XS: d sc per group
+            if native.IQ4_GROUP_BYTES[self.data.shape[2]]:
+                d = d.repeat_interleave(8, 1) * groups[t, :, 256 + lane].view(torch.int8).float()
+            w = native.IQ4_VALUES[q.long()].float().view(ids.shape[0], -1, GROUP) * d[..., None]
+            return w.view(ids.shape[0], self.in_features).to(self.act_dtype)
         mn = self.mins[tile, :, lane].float() if self.mins is not None else -8 * d
         if groups.shape[2] == native.KFORM_BYTES[4]:
             d = d.repeat_interleave(8, 1) * groups[t, :, 256 + lane].float()  # 8 groups of 32 a super-block
