@@ -94,11 +94,11 @@ struct LayerWeights {
 };
 
 // A matrix's bits from its data: uint8 int4 codes (32 bytes a k-quad, or 288 a group in the K-quant layout), int5
-// codes (40, or 352), int6 sub-blocks (208) or int3 ones (112), int8 codes, else dense.
+// codes (40, or 352), int6 sub-blocks (208), int3 ones (112) or int2 ones (96), int8 codes, else dense.
 int64_t weight_bits(const at::Tensor& data) {
   if (data.scalar_type() == at::kByte) {
     const int64_t last = data.dim() == 3 ? data.size(2) : 0;
-    return last == 40 || last == 352 ? 5 : last == 208 ? 6 : last == 112 ? 3 : 4;  // 352: int5 in the K-quant layout
+    return last == 40 || last == 352 ? 5 : last == 208 ? 6 : last == 112 ? 3 : last == 96 ? 2 : 4;  // 352: int5, K form
   }
   return data.scalar_type() == at::kChar ? 8 : 16;
 }
@@ -119,7 +119,7 @@ void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType 
     for (const QuantWeightRef* wt : {&m->w, m->tail ? &*m->tail : nullptr}) {
       if (wt == nullptr) continue;
       check_weight(*wt);
-      TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int3 - int8) or all dense");
+      TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int2 - int8) or all dense");
       TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
     }
     TORCH_CHECK(!m->tail || m->tail->k() == m->k(), "a matrix's tail must have the matrix's columns");

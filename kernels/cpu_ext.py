@@ -146,7 +146,8 @@ def _register_fakes() -> None:
     """Output shapes for torch.compile's tracing."""
     fake = torch.library.register_fake
     fake("radixlm_cpu::int4_linear")(lambda x, w, d, mn, isa: x.new_empty(x.shape[0], 16 * d.shape[0]))
-    fake("radixlm_cpu::int5_linear")(lambda x, w, d, mn, isa: x.new_empty(x.shape[0], 16 * d.shape[0]))
+    for name in ("int2_linear", "int5_linear"):
+        fake(f"radixlm_cpu::{name}")(lambda x, w, d, mn, isa: x.new_empty(x.shape[0], 16 * d.shape[0]))
     for name in ("int3_linear", "int6_linear", "int8_linear"):
         fake(f"radixlm_cpu::{name}")(lambda x, w, d, isa: x.new_empty(x.shape[0], 16 * d.shape[0]))
     fake("radixlm_cpu::decode_attention")(

@@ -1,4 +1,4 @@
-// Weight-only int3 / int4 / int5 / int6 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
+// Weight-only int2 / int3 / int4 / int5 / int6 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
 // y [M, N] in x's dtype. Torch references: cpu_matmul.py. The bodies are in cpu_matmul_body.h, compiled
 // once per instruction set; these are the ops, their checks and the threading.
 //
@@ -28,6 +28,9 @@
 // IQ4 layout of int4 (GGUF's IQ4_NL, IQ4_XS): w = d * kv[q], kv IQ4_NL's 16 int8 values, q in [0, 15]: codes
 //   [N/16, K/32, 256] (a group's 8 k-quads of int4's bytes), d float16 [N/16, K/32, 16], no minimums; IQ4_XS's:
 //   [N/16, K/32, 272], each group's codes then the tile's 16 int8 scales sc, d [N/16, K/256, 16]: w = d sc kv[q].
+// int2: w = d * sc_j * q - dmin * m_j, q in [0, 3] (GGUF's Q2_K): codes [N/16, K/16, 96], per sub-block 4 k-quads of
+//   16 bytes (int3's low bit pairs), the 16 rows' sc_j, then their m_j (4-bit values, a byte each); d and mn (-dmin)
+//   float16 [N/16, K/256, 16].
 // int8: w = d * q per group of 32 along K (GGUF's Q8_0), q int8 in [-127, 127] [N/16, K/4, 64] (16 rows x 4 k),
 //   d float16 [N/16, K/32, 16] (as int4's).
 // dense: w [N/16, K, 16] in bfloat16 or float32, k-major inside a tile; x is widened to float32.
@@ -90,13 +93,16 @@ void check_weight(const QuantWeightRef& w) {
                 w.mins.sizes() == w.scales.sizes() && w.mins.scalar_type() == at::kHalf &&
                 w.data.numel() * 8 == w.n() * w.k() * 5 && w.data.is_contiguous() && w.scales.is_contiguous() &&
                 w.mins.is_contiguous(), "int5 weight: uint8 codes [N / 16, K / 4, 40] with float16 scales and minimums");
-  } else if (w.bits == 6 || w.bits == 3) {
-    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == (w.bits == 6 ? 208 : 112) &&
+  } else if (w.bits == 6 || w.bits == 3 || w.bits == 2) {
+    const int64_t size = w.bits == 6 ? 208 : w.bits == 3 ? 112 : 96;
+    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == size &&
                 w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.scales.size(0) == w.data.size(0) &&
                 w.scales.size(1) * 16 == w.data.size(1) && w.scales.size(2) == 16 && w.data.is_contiguous() &&
-                w.scales.is_contiguous(),
-                "int", w.bits, " weight: uint8 codes [N / 16, K / 16, ", w.bits == 6 ? 208 : 112,
-                "] with float16 scales [N / 16, K / 256, 16]");
+                w.scales.is_contiguous() &&
+                (w.bits != 2 || (w.mins.defined() && w.mins.sizes() == w.scales.sizes() &&
+                                 w.mins.scalar_type() == at::kHalf && w.mins.is_contiguous())),
+                "int", w.bits, " weight: uint8 codes [N / 16, K / 16, ", size,
+                "] with float16 scales [N / 16, K / 256, 16]", w.bits == 2 ? " and minimums likewise" : "");
   } else if (w.bits == 4) {
     const bool mins = w.mins.defined() && w.mins.numel() > 0;
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf &&
@@ -118,7 +124,7 @@ void check_weight(const QuantWeightRef& w) {
 int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
 int64_t QuantWeightRef::k() const {
   return bits == 16                 ? data.size(1)
-         : bits == 6 || bits == 3   ? data.size(1) * 16
+         : bits <= 3 || bits == 6   ? data.size(1) * 16
          : kform() || iq4()         ? data.size(1) * 32
                                     : scales.size(1) * 32;
 }
@@ -153,6 +159,9 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
     } else if (w.bits == 6) {
       RADIXLM_ISA_CALL(isa, int6_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
                        out);
+    } else if (w.bits == 2) {
+      RADIXLM_ISA_CALL(isa, int2_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
+                       w.mins.data_ptr<at::Half>(), n, t0, t1, a.q, m, out);
     } else if (w.bits == 3) {
       RADIXLM_ISA_CALL(isa, int3_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), n, t0, t1, a.q, m,
                        out);
@@ -177,6 +186,10 @@ at::Tensor int6_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return linear(x, QuantWeightRef{6, w, d, at::Tensor()}, isa);
 }
 
+at::Tensor int2_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa) {
+  return linear(x, QuantWeightRef{2, w, d, mn}, isa);
+}
+
 at::Tensor int3_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa) {
   return linear(x, QuantWeightRef{3, w, d, at::Tensor()}, isa);
 }
@@ -197,6 +210,7 @@ TORCH_LIBRARY(radixlm_cpu, m) {
   m.def("int5_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
   m.def("int6_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("int3_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
+  m.def("int2_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
 }
@@ -206,6 +220,7 @@ TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
   m.impl("int5_linear", &radixlm_cpu::int5_linear);
   m.impl("int6_linear", &radixlm_cpu::int6_linear);
   m.impl("int3_linear", &radixlm_cpu::int3_linear);
+  m.impl("int2_linear", &radixlm_cpu::int2_linear);
   m.impl("int8_linear", &radixlm_cpu::int8_linear);
   m.impl("dense_linear", &radixlm_cpu::dense_linear);
 }

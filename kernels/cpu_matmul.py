@@ -13,18 +13,33 @@ from __future__ import annotations
 
 import torch
 
+from radixlm.kernels.cpu_codes import (
+    BLOCK,
+    bit_plane,
+    five_bit,
+    nibbles,
+    pack_scales,
+    pair_plane,
+    tiles,
+    unbit_plane,
+    unfive,
+    unnibble,
+    unpack_scales,
+    unpair_plane,
+    untile,
+)
 from radixlm.kernels.cpu_ext import available
 
-BLOCK = 64  # K must be a multiple of it
 GROUP = 32  # int4 / int8 scale group along K
 SUB, SUPER = 16, 256  # int6 / int3 (GGUF's Q6_K / Q3_K): an int8 scale per 16 along K, a float16 one per 256
-SUB_QUAD = {6: 48, 3: 24}  # bytes a k-quad of int6 / int3 codes
-SUB_OFFSET = {6: 32, 3: 4}  # w = d sc (q - offset)
+SUB_QUAD = {6: 48, 3: 24, 2: 16}  # bytes a k-quad of int6 / int3 / int2 codes
+SUB_OFFSET = {6: 32, 3: 4, 2: 0}  # w = d sc (q - offset) (int2: less dmin m)
+SUB_BYTES = {4 * quad + (32 if bits == 2 else 16): bits for bits, quad in SUB_QUAD.items()}  # a sub-block's -> bits
 IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                           dtype=torch.int8)  # GGUF's IQ4_NL / IQ4_XS: w = d IQ4_VALUES[q]
 IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
-__all__ = ["available", "dense_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear",
-           "pack_dense", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8", "pack_iq4"]
+__all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear",
+           "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8", "pack_iq4"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
@@ -41,6 +56,10 @@ def int6_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, isa: int)
     return torch.ops.radixlm_cpu.int6_linear(x, codes, d, isa)
 
 
+def int2_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor, isa: int) -> torch.Tensor:
+    return torch.ops.radixlm_cpu.int2_linear(x, codes, d, mn, isa)
+
+
 def int3_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, isa: int) -> torch.Tensor:
     return torch.ops.radixlm_cpu.int3_linear(x, codes, d, isa)
 
@@ -53,78 +72,11 @@ def int8_linear(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor, isa: int) -> 
     return torch.ops.radixlm_cpu.int8_linear(x, q, d, isa)
 
 
-def _tiles(w: torch.Tensor) -> torch.Tensor:
-    """[N, K] -> [N / 16, K / 4, 16, 4]: 16 rows at a time, 4 consecutive k of each row together."""
-    n, k = w.shape
-    if n % 16 or k % BLOCK:
-        raise ValueError(f"the CPU kernels need N divisible by 16 and K by {BLOCK}, got [{n}, {k}]")
-    return w.view(n // 16, 16, k // 4, 4).transpose(1, 2)
-
-
-def _untile(t: torch.Tensor) -> torch.Tensor:
-    """The inverse of _tiles: [N / 16, K / 4, 16, 4] -> [N, K]."""
-    nt, kq = t.shape[:2]
-    return t.transpose(1, 2).reshape(nt * 16, kq * 4)
-
-
-def _nibbles(q: torch.Tensor) -> torch.Tensor:
-    """codes q [N, K] in [0, 15] -> uint8 [N / 16, K / 4, 32]: rows 0-7 of a tile in the low nibbles, 8-15 in
-    the high (lane l = 4 row + k % 4)."""
-    t = _tiles(q.to(torch.uint8))
-    return (t[:, :, :8].reshape(*t.shape[:2], 32) | (t[:, :, 8:].reshape(*t.shape[:2], 32) << 4)).contiguous()
-
-
-def _unnibble(codes: torch.Tensor) -> torch.Tensor:
-    """The inverse of _nibbles -> q uint8 [N, K]."""
-    nt, kq = codes.shape[:2]
-    return _untile(torch.cat(((codes & 15).view(nt, kq, 8, 4), (codes >> 4).view(nt, kq, 8, 4)), dim=2))
-
-
-def _bit_plane(b: torch.Tensor) -> torch.Tensor:
-    """bits b [N, K] in {0, 1} -> uint8 [N / 16, K / 4, 8]: per k-quad lane l's bit as bit l % 8 of byte l // 8, the
-    lanes in the nibbles' order (lane 4 row + k, rows 0-7 then 8-15)."""
-    t = _tiles(b.to(torch.uint8))
-    return (t.reshape(*t.shape[:2], 8, 8) * (1 << torch.arange(8, dtype=torch.uint8))).sum(-1, dtype=torch.uint8)
-
-
-def _unbit_plane(plane: torch.Tensor) -> torch.Tensor:
-    """The inverse of _bit_plane -> b uint8 [N, K]."""
-    bits = (plane[..., None] >> torch.arange(8, dtype=torch.uint8)) & 1  # [N / 16, K / 4, 8, 8]: lane 8 b + i
-    return _untile(bits.reshape(*plane.shape[:2], 16, 4))
-
-
-def _pair_plane(v: torch.Tensor) -> torch.Tensor:
-    """values v [N, K] in [0, 3] -> uint8 [N / 16, K / 4, 16]: per k-quad lane l's two bits at bits 2 (l / 16) of
-    byte l % 16."""
-    n, k = v.shape
-    lanes = _tiles(v.to(torch.uint8)).reshape(n // 16, k // 4, 4, 16)  # lane 16 j + p at [.., j, p]
-    return (lanes << torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]).sum(2, dtype=torch.uint8)
-
-
-def _unpair_plane(plane: torch.Tensor) -> torch.Tensor:
-    """The inverse of _pair_plane -> v uint8 [N, K]."""
-    nt, kq = plane.shape[:2]
-    lanes = (plane[..., None] >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)) & 3  # [.., p, j]
-    return _untile(lanes.transpose(2, 3).reshape(nt, kq, 16, 4))
-
-
-def _five_bit(q: torch.Tensor) -> torch.Tensor:
-    """codes q [N, K] in [0, 31] -> uint8 [N / 16, K / 4, 40]: per k-quad _nibbles' 32 bytes of the low 4 bits,
-    then 8 bytes holding lane l's fifth bit as bit l."""
-    q = q.to(torch.uint8)
-    return torch.cat((_nibbles(q & 15), _bit_plane(q >> 4)), dim=2).contiguous()
-
-
-def _unfive(codes: torch.Tensor) -> torch.Tensor:
-    """The inverse of _five_bit -> q uint8 [N, K]."""
-    return _unnibble(codes[:, :, :32].contiguous()) | (_unbit_plane(codes[:, :, 32:]) << 4)
-
-
 def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     """codes q [N, K] in [0, 15], d and mn [N, K / 32] -> the kernel's (codes uint8 [N / 16, K / 4, 32],
     d float16 [N / 16, K / 32, 16], mn likewise or None): rows 0-7 of a tile in the low nibbles, 8-15 in
     the high."""
-    return _nibbles(q), _pack_scales(d), None if mn is None else _pack_scales(mn)
+    return nibbles(q), pack_scales(d), None if mn is None else pack_scales(mn)
 
 
 def pack_iq4(q: torch.Tensor, d: torch.Tensor, sc: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,20 +85,20 @@ def pack_iq4(q: torch.Tensor, d: torch.Tensor, sc: torch.Tensor | None = None) -
     k-quads in a row; d float16 [N / 16, K / 32, 16]). With sc int8 [N, K / 32] and d [N, K / 256] (IQ4_XS: w = d sc
     IQ4_VALUES[q]): each group's codes then the tile's 16 sc, [N / 16, K / 32, 272], d float16 [N / 16, K / 256, 16]."""
     n, k = q.shape
-    codes = _nibbles(q).view(n // 16, k // GROUP, 256)
+    codes = nibbles(q).view(n // 16, k // GROUP, 256)
     if sc is None:
-        return codes, _pack_scales(d)
+        return codes, pack_scales(d)
     if k % SUPER:
         raise ValueError(f"IQ4_XS weights need K divisible by {SUPER}, got [{n}, {k}]")
     scales = sc.to(torch.int8).view(n // 16, 16, k // GROUP).transpose(1, 2).contiguous().view(torch.uint8)
-    return torch.cat((codes, scales), dim=2).contiguous(), _pack_scales(d)
+    return torch.cat((codes, scales), dim=2).contiguous(), pack_scales(d)
 
 
 def dequantize_iq4(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """-> w [N, K] float32 = d IQ4_VALUES[q] per group of 32 (IQ4_XS: d sc IQ4_VALUES[q], d sc exact)."""
     nt, groups = codes.shape[:2]
-    q = _unnibble(codes[:, :, :256].reshape(nt, groups * 8, 32))
-    scale = _unpack_scales(d).float()
+    q = unnibble(codes[:, :, :256].reshape(nt, groups * 8, 32))
+    scale = unpack_scales(d).float()
     if IQ4_GROUP_BYTES[codes.shape[2]]:
         sc = codes[:, :, 256:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, groups)
         scale = scale.repeat_interleave(SUPER // GROUP, 1) * sc.float()
@@ -157,7 +109,7 @@ def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch
     """codes q [N, K] in [0, 31], d and mn [N, K / 32] -> the kernel's (codes uint8 [N / 16, K / 4, 40], d, mn
     float16 [N / 16, K / 32, 16]): per k-quad pack_int4's 32 bytes of the low 4 bits, then 8 bytes holding lane
     l's fifth bit as bit l, the lanes in the nibbles' order (rows 0-7 of the low nibbles, then 8-15)."""
-    return _five_bit(q), _pack_scales(d), _pack_scales(mn)
+    return five_bit(q), pack_scales(d), pack_scales(mn)
 
 
 KFORM_BYTES = {4: 288, 5: 352}  # bytes a group of 32 in the K-quant layout: the codes, then 16 scales, 16 minimums
@@ -172,9 +124,9 @@ def pack_kquant(q: torch.Tensor, sc: torch.Tensor, m: torch.Tensor, d: torch.Ten
     n, k = q.shape
     if k % SUPER:
         raise ValueError(f"K-quant weights need K divisible by {SUPER}, got [{n}, {k}]")
-    per_group = (_nibbles(q) if bits == 4 else _five_bit(q)).view(n // 16, k // GROUP, -1)
-    tiles = [v.to(torch.uint8).view(n // 16, 16, k // GROUP).transpose(1, 2) for v in (sc, m)]
-    return torch.cat((per_group, *tiles), dim=2).contiguous(), _pack_scales(d), _pack_scales(-dmin.float())
+    per_group = (nibbles(q) if bits == 4 else five_bit(q)).view(n // 16, k // GROUP, -1)
+    scale_tiles = [v.to(torch.uint8).view(n // 16, 16, k // GROUP).transpose(1, 2) for v in (sc, m)]
+    return torch.cat((per_group, *scale_tiles), dim=2).contiguous(), pack_scales(d), pack_scales(-dmin.float())
 
 
 def unpack_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -182,10 +134,10 @@ def unpack_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tup
     nt, groups, size = codes.shape
     quad = 32 if size == KFORM_BYTES[4] else 40
     quads = codes[:, :, :8 * quad].reshape(nt, groups * 8, quad).contiguous()
-    q = _unnibble(quads) if quad == 32 else _unfive(quads)
+    q = unnibble(quads) if quad == 32 else unfive(quads)
     sc, m = (codes[:, :, 8 * quad + 16 * j:8 * quad + 16 * (j + 1)].transpose(1, 2).reshape(nt * 16, groups)
              for j in (0, 1))
-    return q, sc, m, _unpack_scales(d), _unpack_scales(mn)
+    return q, sc, m, unpack_scales(d), unpack_scales(mn)
 
 
 def dequantize_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
@@ -200,7 +152,7 @@ def dequantize_kquant(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) ->
 
 def unpack_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The inverse of pack_int5 -> (q uint8 [N, K], d [N, K / 32], mn likewise)."""
-    return _unfive(codes), _unpack_scales(d), _unpack_scales(mn)
+    return unfive(codes), unpack_scales(d), unpack_scales(mn)
 
 
 def dequantize_int5(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
@@ -217,7 +169,7 @@ def pack_int6(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch
     4 k-quads of pack_int4's 32 bytes of the low 4 bits then 16 bytes holding lane l's high two bits at bits
     2 (l / 16) of byte l % 16, then the tile's 16 scales sc."""
     q = q.to(torch.uint8)
-    return _pack_subblocks(torch.cat((_nibbles(q & 15), _pair_plane(q >> 4)), dim=2), sc, d)
+    return _pack_subblocks(torch.cat((nibbles(q & 15), pair_plane(q >> 4)), dim=2), sc, d)
 
 
 def pack_int3(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,30 +178,43 @@ def pack_int3(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch
     16 bytes holding lane l's low two bits at bits 2 (l / 16) of byte l % 16 then 8 bytes holding its third bit as
     bit l, then the tile's 16 scales sc."""
     q = q.to(torch.uint8)
-    return _pack_subblocks(torch.cat((_pair_plane(q & 3), _bit_plane(q >> 2)), dim=2), sc, d)
+    return _pack_subblocks(torch.cat((pair_plane(q & 3), bit_plane(q >> 2)), dim=2), sc, d)
+
+
+def pack_int2(q: torch.Tensor, sc: torch.Tensor, m: torch.Tensor, d: torch.Tensor,
+              dmin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """codes q [N, K] in [0, 3], sc and m [N, K / 16] in [0, 15], d and dmin [N, K / 256] (w = d sc q - dmin m, GGUF's
+    Q2_K) -> the kernel's (codes uint8 [N / 16, K / 16, 96], d, -dmin float16 [N / 16, K / 256, 16]): per sub-block
+    of 16 along K, 4 k-quads of 16 bytes holding lane l's two bits at bits 2 (l / 16) of byte l % 16, then the tile's
+    16 sc, then its 16 m."""
+    codes, d16 = _pack_subblocks(pair_plane(q.to(torch.uint8)), torch.cat((sc, m), dim=1), d)
+    return codes, d16, pack_scales(-dmin.float())
 
 
 def _pack_subblocks(quads: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """k-quads [N / 16, K / 4, B] of codes, sc [N, K / 16], d [N, K / 256] -> (codes [N / 16, K / 16, 4 B + 16], d)."""
+    """k-quads [N / 16, K / 4, B] of codes, sc [N, J K / 16] (J scale vectors side by side), d [N, K / 256] ->
+    (codes [N / 16, K / 16, 4 B + 16 J], d)."""
     nt, kq = quads.shape[:2]
     if (4 * kq) % SUPER:
-        raise ValueError(f"int6 / int3 weights need K divisible by {SUPER}, got [{16 * nt}, {4 * kq}]")
-    scales = sc.to(torch.int8).view(nt, 16, kq // 4).transpose(1, 2).contiguous().view(torch.uint8)
-    return torch.cat((quads.reshape(nt, kq // 4, -1), scales), dim=2).contiguous(), _pack_scales(d)
+        raise ValueError(f"int6 / int3 / int2 weights need K divisible by {SUPER}, got [{16 * nt}, {4 * kq}]")
+    subs = kq // 4
+    scales = sc.to(torch.int8).view(nt, 16, -1, subs).permute(0, 3, 2, 1).reshape(nt, subs, -1).view(torch.uint8)
+    return torch.cat((quads.reshape(nt, subs, -1), scales), dim=2).contiguous(), pack_scales(d)
 
 
 def unpack_subblocks(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The inverse of pack_int6 / pack_int3 (told apart by the bytes a sub-block) -> (q uint8 [N, K], sc int8
-    [N, K / 16], d float16 [N, K / 256], bits)."""
+    """The inverse of pack_int6 / pack_int3 / pack_int2 (told apart by the bytes a sub-block) -> (q uint8 [N, K],
+    sc int8 [N, K / 16] (int2: sc then m, [N, K / 8]), d float16 [N, K / 256], bits)."""
     nt, subs, size = codes.shape
-    bits = 6 if size == 4 * SUB_QUAD[6] + 16 else 3
-    quads = codes[:, :, :size - 16].reshape(nt, subs * 4, SUB_QUAD[bits])
+    bits = SUB_BYTES[size]
+    quads = codes[:, :, :4 * SUB_QUAD[bits]].reshape(nt, subs * 4, SUB_QUAD[bits])
     if bits == 6:
-        q = _unnibble(quads[:, :, :32].contiguous()) | (_unpair_plane(quads[:, :, 32:]) << 4)
+        q = unnibble(quads[:, :, :32].contiguous()) | (unpair_plane(quads[:, :, 32:]) << 4)
     else:
-        q = _unpair_plane(quads[:, :, :16]) | (_unbit_plane(quads[:, :, 16:]) << 2)
-    sc = codes[:, :, size - 16:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, subs)
-    return q, sc, _unpack_scales(d), bits
+        q = unpair_plane(quads[:, :, :16])
+        q = q if bits == 2 else q | (unbit_plane(quads[:, :, 16:]) << 2)
+    sc = codes[:, :, 4 * SUB_QUAD[bits]:].contiguous().view(torch.int8).view(nt, subs, -1, 16)
+    return q, sc.permute(0, 3, 2, 1).reshape(nt * 16, -1), unpack_scales(d), bits
 
 
 def unpack_int6(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -257,15 +222,19 @@ def unpack_int6(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...
     return unpack_subblocks(codes, d)[:3]
 
 
-def dequantize_subblocks(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """int6 or int3 -> w [N, K] float32 = d sc (q - 32) or d sc (q - 4)."""
+def dequantize_subblocks(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None = None) -> torch.Tensor:
+    """int6, int3 or int2 -> w [N, K] float32 = d sc (q - 32), d sc (q - 4) or d sc q + (-dmin) m."""
     q, sc, d, bits = unpack_subblocks(codes, d)
     n, k = q.shape
-    w = (q.float() - SUB_OFFSET[bits]).view(n, k // SUPER, SUPER // SUB, SUB) * sc.float().view(n, k // SUPER, -1, 1)
-    return (w * d.float()[..., None, None]).view(n, k)
+    per = (n, k // SUPER, SUPER // SUB)
+    w = (q.float() - SUB_OFFSET[bits]).view(*per, SUB) * sc[:, :k // SUB].float().view(*per, 1)
+    w = w * d.float()[..., None, None]
+    if bits == 2:
+        w = w + (unpack_scales(mn).float()[..., None] * sc[:, k // SUB:].float().view(*per))[..., None]
+    return w.view(n, k)
 
 
-dequantize_int6 = dequantize_int3 = dequantize_subblocks
+dequantize_int6 = dequantize_int3 = dequantize_int2 = dequantize_subblocks
 
 
 def int6_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -284,15 +253,6 @@ def int6_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor) -> torch.
     sc = codes[tile, :, 192:].contiguous().view(torch.int8)[torch.arange(t), :, r].float()  # [T, K / 16]
     w = (q * sc[..., None]).view(t, -1, SUPER) * d[tile, :, r].float()[..., None]
     return w.view(t, -1)
-
-
-def _pack_scales(v: torch.Tensor) -> torch.Tensor:
-    """Per-group values [N, K / 32] -> float16 [N / 16, K / 32, 16]: a tile's 16 rows side by side per group."""
-    return v.to(torch.float16).view(-1, 16, v.shape[1]).transpose(1, 2).contiguous()
-
-
-def _unpack_scales(v: torch.Tensor) -> torch.Tensor:
-    return v.transpose(1, 2).reshape(v.shape[0] * 16, -1)
 
 
 def pack_dense(w: torch.Tensor) -> torch.Tensor:
@@ -316,12 +276,12 @@ def dense_linear_torch(x: torch.Tensor, tiles: torch.Tensor) -> torch.Tensor:
 def pack_int8(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """q int8 [N, K] in [-127, 127], d [N, K / 32] (w = d q per group of 32, GGUF's Q8_0) -> the kernel's
     (q [N / 16, K / 4, 16, 4], d float16 [N / 16, K / 32, 16])."""
-    return _tiles(q).contiguous(), _pack_scales(d)
+    return tiles(q).contiguous(), pack_scales(d)
 
 
 def unpack_int8(packed: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The inverse of pack_int8 -> (q int8 [N, K], d float16 [N, K / 32])."""
-    return _untile(packed), _unpack_scales(d)
+    return untile(packed), unpack_scales(d)
 
 
 def dequantize_int8(packed: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -332,7 +292,7 @@ def dequantize_int8(packed: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 
 def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     """The inverse of pack_int4 -> (q uint8 [N, K], d [N, K / 32], mn likewise, -8 d without minimums)."""
-    return _unnibble(codes), _unpack_scales(d), _unpack_scales(d) * -8 if mn is None else _unpack_scales(mn)
+    return unnibble(codes), unpack_scales(d), unpack_scales(d) * -8 if mn is None else unpack_scales(mn)
 
 
 def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
@@ -368,6 +328,10 @@ def int6_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor) -> 
 
 
 int3_linear_torch = int6_linear_torch
+
+
+def int2_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+    return (quantize_x_torch(x) @ dequantize_subblocks(codes, d, mn).t()).to(x.dtype)
 
 
 def int8_linear_torch(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:

@@ -155,12 +155,17 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t
 // times d a: the file's own arithmetic, no rounding of d sc_j. codes [N / 16, K / 16, SubBytes]: per sub-block 4
 // k-quads (int6: 48 bytes, int4's 32 bytes of nibbles then 16 of high bits, lane l's two at bits 2 (l / 16) of byte
 // l % 16; int3: 24 bytes, the low two bits so, then 8 of third bits, bit l for lane l), then the 16 rows' sc_j.
+// int2 (Bits 2, Q2_K): w = d sc_j q - dmin m_j, q in [0, 3], sc_j and m_j 4-bit: the int32 sum of sc_j ip_j and the
+// float sum of m_j s16_j (integers below 2^24: exact), then (d sum + (-dmin) msum) a; per sub-block 4 k-quads of 16
+// bytes (int3's low bit pairs), then the 16 rows' sc_j, then their m_j; mn holds -dmin per 256.
 template <int Bits>
-constexpr int64_t kSubBytes = 4 * (Bits == 6 ? 48 : 24) + 16;
+constexpr int64_t kSubQuad = Bits == 6 ? 48 : Bits == 3 ? 24 : 16;  // bytes a k-quad
+template <int Bits>
+constexpr int64_t kSubBytes = 4 * kSubQuad<Bits> + (Bits == 2 ? 32 : 16);
 template <int MT, int Bits, typename T>
-void subblock_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq, int64_t m0,
-                   T* y) {
-  constexpr int64_t kSub = kSubBytes<Bits>, kOffset = Bits == 6 ? 32 : 4;
+void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
+                   const QuantizedX& xq, int64_t m0, T* y) {
+  constexpr int64_t kSub = kSubBytes<Bits>, kOffset = Bits == 6 ? 32 : Bits == 3 ? 4 : 0;
   const int64_t k = xq.k, nb = xq.nb;
   const uint8_t* wt = codes + tile * (k / 16) * kSub;
   const at::Half* dt = d + tile * (k / 256) * 16;
@@ -171,22 +176,39 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t
   for (int64_t b = 0; b < nb; ++b) {
     for (int line = 0; line < 4 * kSub / 64; ++line) prefetch(wt + (4 * b + 8) * kSub + 64 * line);
     I16 sum[MT];
+    F16 msum[MT];  // int2's minimums
     for (int i = 0; i < MT; ++i) sum[i] = izero();
+    for (int i = 0; i < MT; ++i) msum[i] = fzero();
     for (int j = 0; j < 4; ++j) {
       const uint8_t* sub = wt + (4 * b + j) * kSub;
+      const int32_t* s16 = xq.s16 + (m0 * nb + b) * 4 + j;  // row i's at s16[i nb 4]
       I16 ip[MT];
       if constexpr (Bits == 6) {
         dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      } else {
+      } else if constexpr (Bits == 3) {
         dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+      } else {
+        dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       }
-      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kSub - 16));
+      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + 4 * kSubQuad<Bits>));
       for (int i = 0; i < MT; ++i) {
-        sum[i] = imadd(isub_scalar(ip[i], kOffset * xq.s16[((m0 + i) * nb + b) * 4 + j]), sc, sum[i]);
+        if constexpr (Bits == 2) {
+          sum[i] = imadd(ip[i], sc, sum[i]);
+        } else {
+          sum[i] = imadd(isub_scalar(ip[i], kOffset * s16[i * nb * 4]), sc, sum[i]);
+        }
+      }
+      if constexpr (Bits == 2) {
+        const F16 mj = to_float(widen_int8(reinterpret_cast<const int8_t*>(sub + 4 * kSubQuad<Bits> + 16)));
+        for (int i = 0; i < MT; ++i) msum[i] = fmadd(mj, fset1(static_cast<float>(s16[i * nb * 4])), msum[i]);
       }
     }
     const F16 db = fload(dt + (b / 4) * 16);
-    for (int i = 0; i < MT; ++i) acc[i] = fmadd(mul(to_float(sum[i]), db), fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
+    for (int i = 0; i < MT; ++i) {
+      F16 v = mul(to_float(sum[i]), db);
+      if constexpr (Bits == 2) v = fmadd(msum[i], fload(mn + tile * (k / 256) * 16 + (b / 4) * 16), v);
+      acc[i] = fmadd(v, fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
+    }
   }
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
@@ -235,13 +257,26 @@ void int5_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, boo
 template <typename T>
 void int6_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
                 int64_t m, T* y) {
-  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { subblock_tile<decltype(mt)::value, 6>(codes, d, n, t, xq, m0, y); });
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    subblock_tile<decltype(mt)::value, 6>(codes, d, nullptr, n, t, xq, m0, y);
+  });
 }
 
 template <typename T>
 void int3_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
                 int64_t m, T* y) {
-  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) { subblock_tile<decltype(mt)::value, 3>(codes, d, n, t, xq, m0, y); });
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    subblock_tile<decltype(mt)::value, 3>(codes, d, nullptr, n, t, xq, m0, y);
+  });
+}
+
+// int2 (Q2_K): codes [N/16, K/16, 96], d and mn (-dmin) [N/16, K/256, 16]
+template <typename T>
+void int2_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
+                const QuantizedX& xq, int64_t m, T* y) {
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    subblock_tile<decltype(mt)::value, 2>(codes, d, mn, n, t, xq, m0, y);
+  });
 }
 
 template <typename T>

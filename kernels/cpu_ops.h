@@ -15,7 +15,7 @@
 namespace radixlm_cpu {
 
 // A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty; or IQ4 codes and d), int5 (bits 5: codes, d, mn), int6 (bits 6:
-// codes with their sub-block scales, d per 256), int3 (bits 3: likewise), int8 (bits 8: q, d per group of 32) or
+// codes with their sub-block scales, d per 256), int3 (bits 3: likewise), int2 (bits 2: likewise, and -dmin), int8 (bits 8: q, d per group of 32) or
 // dense (bits 16: the [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
 struct QuantWeightRef {
   int64_t bits;
@@ -65,6 +65,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 at::Tensor int5_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int6_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
 at::Tensor int3_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
+at::Tensor int2_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),

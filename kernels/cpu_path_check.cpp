@@ -105,7 +105,7 @@ std::vector<T> random_rows(int64_t n, float scale) {
   return v;
 }
 
-// x [M, K] quantized, then int4 (with and without minimums), int5, int6, int8 and int3 tiles, int4 and int5 in the
+// x [M, K] quantized, then int4 (with and without minimums), int5, int6, int8, int3 and int2 tiles, int4 and int5 in the
 // K-quant layout too, int4 in the IQ4 layout; M covers every row run
 template <typename T>
 void check_matmuls(int64_t m, const char* dtype) {
@@ -124,14 +124,14 @@ void check_matmuls(int64_t m, const char* dtype) {
   for (auto& q : q8) q = static_cast<int8_t>(static_cast<int>(next_u32() % 255) - 127);
   std::vector<at::Half> d8(n * k / 32);
   for (auto& h : d8) h.x = half_bits(uniform(0.001f, 0.01f));
-  auto run = [&](auto quantize, auto int4, auto int5, auto int6, auto int8, auto int3, auto iq4,
+  auto run = [&](auto quantize, auto int4, auto int5, auto int6, auto int8, auto int3, auto iq4, auto int2,
                  std::vector<int8_t>& xq_q, std::vector<std::vector<T>>& y) {
     std::vector<float> a(m * nb), t(m * nb * 2);
     std::vector<int32_t> s(m * nb * 2), s16(m * nb * 4);
     xq_q.assign(m * k, 0);
     const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb};
     quantize(x.data(), 0, m, 0, nb, xq);
-    y.assign(10, std::vector<T>(m * n));
+    y.assign(11, std::vector<T>(m * n));
     int4(codes.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[0].data());
     int4(codes.data(), d.data(), nullptr, false, n, 0, n / 16, xq, m, y[1].data());
     int5(codes5.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[2].data());
@@ -142,21 +142,22 @@ void check_matmuls(int64_t m, const char* dtype) {
     int3(codes3.data(), d8.data(), n, 0, n / 16, xq, m, y[7].data());
     iq4(codes.data(), d8.data(), false, n, 0, n / 16, xq, m, y[8].data());  // int4's bytes as IQ4 codes
     iq4(k4.data(), d8.data(), true, n, 0, n / 16, xq, m, y[9].data());  // IQ4_XS: 272 of k4's 288 bytes a group
+    int2(codes6.data(), d8.data(), mn.data(), n, 0, n / 16, xq, m, y[10].data());  // 96 of codes6's 208 a sub-block
   };
   std::vector<int8_t> pq, nq;
   std::vector<std::vector<T>> p, o;
   run(radixlm_portable::quantize_rows<T>, radixlm_portable::int4_tiles<T>, radixlm_portable::int5_tiles<T>,
       radixlm_portable::int6_tiles<T>, radixlm_portable::int8_tiles<T>, radixlm_portable::int3_tiles<T>,
-      radixlm_portable::iq4_tiles<T>, pq, p);
+      radixlm_portable::iq4_tiles<T>, radixlm_portable::int2_tiles<T>, pq, p);
   run(radixlm_path::quantize_rows<T>, radixlm_path::int4_tiles<T>, radixlm_path::int5_tiles<T>,
       radixlm_path::int6_tiles<T>, radixlm_path::int8_tiles<T>, radixlm_path::int3_tiles<T>,
-      radixlm_path::iq4_tiles<T>, nq, o);
+      radixlm_path::iq4_tiles<T>, radixlm_path::int2_tiles<T>, nq, o);
   const std::string tag = std::string(dtype) + " M=" + std::to_string(m);
   expect_same(("quantize x " + tag).c_str(), pq, nq);
-  const char* names[10] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
+  const char* names[11] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
                            "int4 matmul, K-quant layout ", "int5 matmul, K-quant layout ", "int3 matmul ",
-                           "int4 matmul, IQ4 layout ", "int4 matmul, IQ4_XS layout "};
-  for (int w = 0; w < 10; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
+                           "int4 matmul, IQ4 layout ", "int4 matmul, IQ4_XS layout ", "int2 matmul "};
+  for (int w = 0; w < 11; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
 }
 
 // one extend task (n tokens x G heads) over scattered slots of a head-major pool, D = 64

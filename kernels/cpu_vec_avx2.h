@@ -236,16 +236,24 @@ inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride
 // int3: the low two bits (bytes 0-15 of a k-quad: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high bits):
 // lanes 0-31 from bits 0-1 / 2-3, lanes 32-63 from bits 4-5 / 6-7 (right shifts within each byte's 32-bit word),
 // plus 4 where the third bit (bytes 16-19: lanes 0-31, 20-23: lanes 32-63) is set
-inline void int3_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
+inline void int2_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {  // the low two bits alone (Q2_K)
   const __m256i pairs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quad)));
   const __m256i mask = _mm256_set1_epi8(3);
+  *c_lo = _mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), mask);
+  *c_hi = _mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)), mask);
+}
+inline void int3_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
   uint32_t t0, t1;
   std::memcpy(&t0, quad + 16, 4);
   std::memcpy(&t1, quad + 20, 4);
-  *c_lo = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), mask),
-                          fifth_bits(t0, 4));
-  *c_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)), mask),
-                          fifth_bits(t1, 4));
+  int2_quad(quad, c_lo, c_hi);
+  *c_lo = _mm256_or_si256(*c_lo, fifth_bits(t0, 4));
+  *c_hi = _mm256_or_si256(*c_hi, fifth_bits(t1, 4));
+}
+// one sub-block of 16 k (4 k-quads of 16 bytes); codes up to 3
+template <int MT>
+inline void dot_int2_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 4, 4, 16, int2_quad>(codes, x, k_stride, ip);
 }
 // one sub-block of 16 k (4 k-quads of 24 bytes); codes up to 7: int16 sums over all 4 (7,112)
 template <int MT>

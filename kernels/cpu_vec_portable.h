@@ -135,6 +135,7 @@ inline void store_int8(int8_t* p, I16 a) {
 // l of bytes 16-23 is set.
 template <int Bits>
 inline int quad_code(const uint8_t* c, int lane) {
+  if (Bits == 2) return (c[lane % 16] >> (2 * (lane / 16))) & 3;
   if (Bits == 3) return ((c[lane % 16] >> (2 * (lane / 16))) & 3) | (((c[16 + lane / 8] >> (lane % 8)) & 1) << 2);
   const int nibble = lane < 32 ? c[lane] & 15 : c[lane - 32] >> 4;
   if (Bits == 6) return nibble | (((c[32 + lane % 16] >> (2 * (lane / 16))) & 3) << 4);
@@ -143,7 +144,7 @@ inline int quad_code(const uint8_t* c, int lane) {
 // ip[i]_j = sum over Quads k-quads of codes (32 bytes each for int4, 40 for int5, 48 for int6, 24 for int3) of w[j][k] x_i[k]
 template <int MT, int Bits, int Quads = 8>
 inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  constexpr int kQuad = Bits == 6 ? 48 : Bits == 5 ? 40 : Bits == 3 ? 24 : 32;
+  constexpr int kQuad = Bits == 6 ? 48 : Bits == 5 ? 40 : Bits == 3 ? 24 : Bits == 2 ? 16 : 32;
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
     for (int kq = 0; kq < Quads; ++kq) {
@@ -164,6 +165,10 @@ inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes_group<MT, 6, 4>(codes, x, k_stride, ip);
+}
+template <int MT>
+inline void dot_int2_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes_group<MT, 2, 4>(codes, x, k_stride, ip);
 }
 // one sub-block of 16 k (4 k-quads of int3 codes)
 template <int MT>
