@@ -85,18 +85,23 @@ def test_q6_k_loads_exactly_as_int6():
         QuantBlocks.from_float(got, 6)
 
 
-@pytest.mark.parametrize(("qtype", "bits"), [("Q2_K", 4)])
-def test_other_types_requantize_at_their_width(qtype, bits):
-    """Through their float32 values, per group of 32: within half a step of the width they load at (plus the
-    float16 rounding of the group's scale and minimum)."""
-    raw = random_blocks(qtype, 32, 256, seed=2)
-    want = reference(raw, qtype, 32, 256)
-    blocks = QuantBlocks.from_gguf(raw, qtype, [32, 256])
-    assert blocks.bits == bits
-    groups = want.view(32, 8, 32)
-    step = (groups.abs().amax(-1) / 127 if bits == 8 else (groups.amax(-1) - groups.amin(-1)) / 15)
-    err = (blocks.dequantize() - want).view(32, 8, 32).abs().amax(-1)
-    assert (err <= step * 0.5 + groups.abs().amax(-1) * 2**-9).all()
+def test_q2_k_loads_exactly_as_int2():
+    """Q2_K's own form, w = d sc q - dmin m with q in [0, 3] and 4-bit sc, m per 16: the file's values (gguf's
+    dequantization bit for bit), through the native int2 layout too; with another width it requantizes (int8)."""
+    raw = random_blocks("Q2_K", 32, 512, seed=8)
+    want = reference(raw, "Q2_K", 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, "Q2_K", [32, 512])
+    assert blocks.bits == 2 and blocks.kq.sc.shape == (32, 32) and int(blocks.q.max()) <= 3
+    assert torch.equal(blocks.dequantize(), want)
+    kq = blocks.kq
+    codes, d, mn = ck.pack_int2(blocks.q, kq.sc, kq.m, kq.d, kq.dmin)
+    assert torch.equal(ck.dequantize_subblocks(codes, d, mn), want)
+    assert torch.equal(QuantBlocks.stack([blocks, blocks]).dequantize(), torch.cat([want, want]))
+    four = QuantBlocks.from_gguf(random_blocks("Q4_K", 32, 512), "Q4_K", [32, 512])
+    assert QuantBlocks.stack([blocks, four]).bits == 8
+    assert [b.bits for b in QuantBlocks.stack_runs([blocks, blocks, four])] == [2, 4]
+    with pytest.raises(ValueError, match="int3"):
+        blocks.to_bits(3)
 
 
 def test_q3_k_loads_exactly_as_int3_and_as_int6():
@@ -209,7 +214,7 @@ def write_mixed_file(path: str, embedding: str = "Q8_0", base: str = "Q4_K") -> 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 @pytest.mark.parametrize(("base", "width", "code_bytes"), [("Q4_K", "int4", 288), ("Q3_K", "int3", 112),
-                                                         ("IQ4_XS", "int4", 272)])
+                                                         ("IQ4_XS", "int4", 272), ("Q2_K", "int2", 96)])
 def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width, code_bytes):
     """auto -> mixed: int4 where the file has Q4_K (int3 where Q3_K), int5 where it has 5 bits, int6 where it has
     Q6_K; a qkv whose v is wider than its q and k keeps v as its tail (int4 q, k and int6 or int5 v); the fused
@@ -229,7 +234,7 @@ def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width
     assert kinds == [[sorted([w, "int6"]), [w], [w], ["int6"]], [sorted([w, "int5"]), [w], [w], ["int5"]]]
     qkv = mixed.model.layers[0].self_attn.qkv_proj.quant
     assert (qkv.kind, qkv.tail.kind, qkv.out_features, qkv.tail.out_features) == (w, "int6", 512, 128)
-    assert qkv.data.shape[2] == code_bytes  # q, k in the K-quant, int3 or IQ4_XS layout, exactly the file's
+    assert qkv.data.shape[2] == code_bytes  # q, k in the K-quant, int3, IQ4_XS or int2 layout, exactly the file's
     assert mixed.runner.fused is not None and mixed.runner.fused.kinds == {w, "int5", "int6"}
     dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
                               max_total_tokens=1024)

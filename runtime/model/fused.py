@@ -7,7 +7,7 @@ final norm and the LM head. Every kernel in it gives a row the same bits whateve
 output for a request does not depend on the requests batched with it, nor on whether its prefix came from
 the cache.
 
-It takes models whose linear layers all run on radixlm's matmul kernels (int3, int4, int5, int6 and int8, each matrix its
+It takes models whose linear layers all run on radixlm's matmul kernels (int2 - int6 and int8, each matrix its
 own, a stacked qkv or gate_up with its last rows in another width as a tail; or the dense bfloat16 tiles) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses
 it for every batch then.
 """
@@ -31,7 +31,7 @@ def _linears(layer) -> dict:
 
 
 def fusable(model: LlamaForCausalLM) -> frozenset[str] | None:
-    """The kinds of matrix of a model the fused layers can run ({"dense"}, or some of int3 - int8),
+    """The kinds of matrix of a model the fused layers can run ({"dense"}, or some of int2 - int8),
     else None."""
     if model.tp.size != 1 or not model.layers:
         return None
@@ -41,7 +41,7 @@ def fusable(model: LlamaForCausalLM) -> frozenset[str] | None:
             q = lin.quant
             native = q is not None and q.backend == "native" and lin.weight is None
             kinds |= q.kinds if native and (q.tail is None or name in STACKED) else {None}
-    if None in kinds or not (kinds == {"dense"} or kinds <= {"int3", "int4", "int5", "int6", "int8"}):
+    if None in kinds or not (kinds == {"dense"} or kinds <= {"int2", "int3", "int4", "int5", "int6", "int8"}):
         return None
     return frozenset(kinds)
 

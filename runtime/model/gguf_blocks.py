@@ -1,14 +1,16 @@
 """A GGUF file's quantized matrices as the codes and scales radixlm's int3 / int4 / int5 / int6 / int8 kernels take
 (QuantBlocks).
 
-Every quantized GGUF type loads at the width closest to the file's: Q3_K -> int3 (its own form: w = d sc (q - 4),
+Every quantized GGUF type loads at the width closest to the file's: Q2_K -> int2 (its own form: w = d sc q - dmin m,
+q in [0, 3], 4-bit sc and m per 16, d and dmin per 256), Q3_K -> int3 (its own form: w = d sc (q - 4),
 q in [0, 7], an int8 sc per 16, d per 256), IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values (w = d
 kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8 sc per 32, d per 256), other types of 4 bits or fewer -> int4 (w =
 d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc (q - 32), q in
 [0, 63], sc and d as int3's), 8 bits -> int8 (w = d q, q in [-127, 127]). Exact where the type fits that form:
-Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL and IQ4_XS bit for bit, Q4_K and Q5_K through their own scales
-(KScales, which the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once mixed with
-other types; Q2_K through its float32 values, quantized per group of 32 (int4_codes / int8_codes).
+Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL and IQ4_XS bit for bit, Q4_K and Q5_K through their own
+scales (KScales, which the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once mixed
+with other types; a mix of forms no kernel layout shares through float32 values, quantized per group of 32
+(int4_codes / int8_codes).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import torch
 from radixlm.kernels.cpu_matmul import IQ4_VALUES
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
-THREE_BIT = frozenset({"Q3_K"})  # GGUF types kept as int3
-FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "Q2_K", "IQ4_NL", "IQ4_XS"})  # ... as int4
+TWO_BIT = frozenset({"Q2_K"})  # GGUF types kept as int2
+THREE_BIT = frozenset({"Q3_K"})  # ... as int3
+FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS"})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K"})  # ... as int6
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"})  # ... as int8
-WIDTHS = {**dict.fromkeys(THREE_BIT, 3), **dict.fromkeys(FOUR_BIT, 4), **dict.fromkeys(FIVE_BIT, 5), **dict.fromkeys(SIX_BIT, 6),
+WIDTHS = {**dict.fromkeys(TWO_BIT, 2), **dict.fromkeys(THREE_BIT, 3), **dict.fromkeys(FOUR_BIT, 4), **dict.fromkeys(FIVE_BIT, 5), **dict.fromkeys(SIX_BIT, 6),
           **dict.fromkeys(EIGHT_BIT, 8)}
 # bytes per block of 32: (d, 16 code bytes), (d, m, 16), (d, 32 fifth bits, 16), (d, m, 32 fifth bits, 16), (d, 32)
 _BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
@@ -36,16 +39,18 @@ _SUPER_BYTES = {"Q4_K": 144, "Q5_K": 176}
 _Q6_K_BYTES = 210  # 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, d float16
 _Q3_K_BYTES = 110  # 32 bytes of third bits, 64 of low bit pairs, 12 of 6-bit scales, d float16
 _IQ4_BYTES = {"IQ4_NL": 18, "IQ4_XS": 136}  # (d, 16 code bytes) per 32; (d, 2 + 4 bytes of 6-bit scales, 128) per 256
-OWN_FORMS = frozenset({3, 6})  # widths whose form (w = d sc (q - offset)) no other width shares
+OWN_FORMS = frozenset({2, 3, 6})  # widths whose form (scales per 16) no other width shares (int3 codes fit int6's)
+_Q2_K_BYTES = 84  # 16 bytes of 4-bit scales and minimums, 64 of bit pairs, d, dmin float16
 
 
 @dataclass(frozen=True)
 class KScales:
     """Q4_K / Q5_K's own scales, beside a QuantBlocks' float16 d, m (which round d sc, -dmin m): w = d sc q - dmin m
-    per group of 32, sc and m 6-bit, d and dmin float16 per 256 (the kernels' K-quant layout keeps them so)."""
+    per group of 32, sc and m 6-bit, d and dmin float16 per 256 (the kernels' K-quant layout keeps them so); Q2_K's
+    likewise per 16, 4-bit."""
 
-    sc: torch.Tensor  # [N, K / 32] uint8
-    m: torch.Tensor  # [N, K / 32] uint8
+    sc: torch.Tensor  # [N, K / 32] uint8 ([N, K / 16] for Q2_K)
+    m: torch.Tensor  # likewise
     d: torch.Tensor  # [N, K / 256] float16
     dmin: torch.Tensor  # [N, K / 256] float16
 
@@ -59,9 +64,10 @@ class KScales:
     def dequantize(self, q: torch.Tensor) -> torch.Tensor:
         """codes q [N, K] -> w [N, K] float32, each product exact."""
         n, k = q.shape
-        d = self.d.float().repeat_interleave(8, 1) * self.sc.float()
-        mn = -self.dmin.float().repeat_interleave(8, 1) * self.m.float()
-        return (q.float().view(n, k // 32, 32) * d[..., None] + mn[..., None]).view(n, k)
+        groups, per = self.sc.shape[1], self.sc.shape[1] // self.d.shape[1]
+        d = self.d.float().repeat_interleave(per, 1) * self.sc.float()
+        mn = -self.dmin.float().repeat_interleave(per, 1) * self.m.float()
+        return (q.float().view(n, groups, k // groups) * d[..., None] + mn[..., None]).view(n, k)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,8 @@ class QuantBlocks:
             return _q6_k_blocks(data.reshape(n * k // 256, _Q6_K_BYTES), n, k)
         if qtype == "Q3_K":
             return _q3_k_blocks(data.reshape(n * k // 256, _Q3_K_BYTES), n, k)
+        if qtype == "Q2_K":
+            return _q2_k_blocks(data.reshape(n * k // 256, _Q2_K_BYTES), n, k)
         if qtype in _IQ4_BYTES:
             per = 32 if qtype == "IQ4_NL" else 256
             return _iq4_blocks(data.reshape(n * k // per, _IQ4_BYTES[qtype]), n, k)
@@ -149,8 +157,11 @@ class QuantBlocks:
                 return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), None, 4, sub, iq4=True)
             parts = [QuantBlocks.from_float(p.dequantize(), bits or 8) if p.iq4 else p for p in parts]
         widths = {p.bits for p in parts}
-        bits = bits or (8 if widths & OWN_FORMS and not widths <= OWN_FORMS else max(widths))
+        bits = bits or (max(widths) if len(widths) == 1 or widths == {3, 6} or not widths & OWN_FORMS else 8)
         parts = [p.to_bits(bits) for p in parts]
+        if bits == 2:
+            return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), None, 2,
+                       kq=KScales.cat([p.kq for p in parts]))
         if bits in OWN_FORMS:
             return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "d")), None, bits,
                        torch.cat([p.sub for p in parts]))
@@ -297,3 +308,17 @@ def _iq4_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
     sc = (low | (high.astype(np.uint8) << 4)).astype(np.int8) - np.int8(32)
     return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d.reshape(n, k // 256).copy()),
                        None, 4, torch.from_numpy(np.ascontiguousarray(sc).reshape(n, k // 32)), iq4=True)
+
+
+def _q2_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
+    """Q2_K super-blocks [N K / 256, 84] -> 2-bit blocks, exactly. Weight e = 128 h + 32 j + l (h < 2, j < 4, l < 32)
+    has bits 2 j .. + 1 of qs[32 h + l] as its code; sub-block e // 16 has scales[e // 16]'s low nibble as sc and its
+    high one as m: w = d sc q - dmin m."""
+    scales, qs = blocks[:, :16], blocks[:, 16:80]
+    e = np.arange(256)
+    h, j, lane = e // 128, (e % 128) // 32, e % 32
+    q = ((qs[:, 32 * h + lane] >> (2 * j).astype(np.uint8)) & 3).astype(np.uint8).reshape(n, k)
+    d, dmin = (blocks[:, at:at + 2].copy().view(np.float16)[:, 0].reshape(n, k // 256) for at in (80, 82))
+    sc, m = (torch.from_numpy(np.ascontiguousarray(v).reshape(n, k // 16)) for v in (scales & 15, scales >> 4))
+    kq = KScales(sc, m, torch.from_numpy(d.copy()), torch.from_numpy(dmin.copy()))
+    return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), kq.d, None, 2, kq=kq)

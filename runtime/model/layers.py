@@ -114,7 +114,7 @@ def native_weight(b: QuantBlocks, act_dtype: torch.dtype, isa: int) -> QuantWeig
     """Loaded blocks -> the native kernels' weight at their own width, exactly."""
     if b.iq4:  # IQ4_NL / IQ4_XS: int4 codes into IQ4_NL's values
         return QuantWeight.from_iq4_codes(b.q, b.d, b.sub, act_dtype, isa)
-    if b.kq is not None:  # Q4_K / Q5_K with their own scales (int4 / int5)
+    if b.kq is not None:  # Q4_K / Q5_K / Q2_K with their own scales (int4 / int5 / int2)
         return QuantWeight.from_kquant(b.q, b.kq, b.bits, act_dtype, isa)
     if b.bits == 4:
         return QuantWeight.from_int4_codes(b.q, b.d, b.m, act_dtype, isa)
@@ -137,7 +137,7 @@ class QuantizableLinear(nn.Module):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """Activations keep the weight's dtype; with ``keep_dense`` large batches still use the dense weight
         (unless the quantized kernel beats it at every batch size). ``isa``: radixlm's kernel path. ``mixed``:
-        loaded blocks keep their width (int3, int4, int5, int6 or int8; a stack whose last parts come in another width
+        loaded blocks keep their width (int2 - int6 or int8; a stack whose last parts come in another width
         keeps them as its tail), dense weights become int4."""
         runs = self._whole_blocks({"int4": 4, "int8": 8}.get(kind)) if isa is not None else None
         if runs is not None:

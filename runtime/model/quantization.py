@@ -45,7 +45,8 @@ class QuantWeight:
     Q4_K / Q5_K in the K-quant layout: data [N / 16, K / 32, 288 or 352] (each group's codes, then its 6-bit
     scales and minimums), scales d and mins -dmin float16 [N / 16, K / 256, 16]; int6 (GGUF's Q6_K only): data
     uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; int3 (Q3_K only):
-    as int6's with [N / 16, K / 16, 112]; int4 from IQ4_NL / IQ4_XS in the IQ4 layout: data [N / 16, K / 32, 256 or
+    as int6's with [N / 16, K / 16, 112]; int2 (Q2_K only): as int6's with [N / 16, K / 16, 96] and mins -dmin
+    like scales; int4 from IQ4_NL / IQ4_XS in the IQ4 layout: data [N / 16, K / 32, 256 or
     272] (codes indexing IQ4_NL's values; IQ4_XS's int8 scales after each group's), scales float16 per 32 or 256;
     dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
@@ -102,9 +103,11 @@ class QuantWeight:
     @classmethod
     def from_kquant(cls, q: torch.Tensor, kq, bits: int, act_dtype: torch.dtype, isa: int) -> QuantWeight:
         """A Q4_K / Q5_K weight given as its codes q [N, K] and its own scales (gguf_blocks.KScales: w = d sc q -
-        dmin m per group of 32) -> int4 / int5 in the native backend's K-quant layout, exactly."""
+        dmin m per group of 32) -> int4 / int5 in the native backend's K-quant layout, exactly; a Q2_K one (bits 2,
+        the scales per 16) -> int2."""
         n, k = q.shape
-        codes, d16, mn16 = native.pack_kquant(q, kq.sc, kq.m, kq.d, kq.dmin, bits)
+        pack = native.pack_int2 if bits == 2 else lambda *a: native.pack_kquant(*a, bits)
+        codes, d16, mn16 = pack(q, kq.sc, kq.m, kq.d, kq.dmin)
         return cls(f"int{bits}", codes, d16, n, k, ALL_ROWS, act_dtype, "native", mn16, isa)
 
     @classmethod
@@ -183,6 +186,8 @@ class QuantWeight:
                 return native.int6_linear(x, self.data, self.scales, self.isa)
             if self.kind == "int3":
                 return native.int3_linear(x, self.data, self.scales, self.isa)
+            if self.kind == "int2":
+                return native.int2_linear(x, self.data, self.scales, self.mins, self.isa)
             return native.int4_linear(x, self.data, self.scales, self.mins, self.isa)
         if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
             # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows (faster
@@ -221,8 +226,8 @@ class QuantWeight:
             return native.unpack_dense(self.data).float()
         if self.kind == "int5":
             return native.dequantize_int5(self.data, self.scales, self.mins)
-        if self.kind in ("int6", "int3"):
-            return native.dequantize_subblocks(self.data, self.scales)
+        if self.kind in ("int6", "int3", "int2"):
+            return native.dequantize_subblocks(self.data, self.scales, self.mins)
         if self.backend == "native":
             return native.dequantize_int4(self.data, self.scales, self.mins)
         if self.kind == "int8":
@@ -235,7 +240,7 @@ class QuantWeight:
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup; not int5, which
         embedding tables never take)."""
-        if self.kind in ("int5", "int3") or self.tail is not None:
+        if self.kind in ("int5", "int3", "int2") or self.tail is not None:
             raise ValueError(f"{self.kind} rows, or a weight's with a tail: an embedding table is int4, int6, int8 or "
                              "dense")
         if self.kind == "int6":
