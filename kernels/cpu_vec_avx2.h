@@ -233,15 +233,15 @@ template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 4, 2, 48, int6_quad>(codes, x, k_stride, ip);
 }
-// int3: the low two bits (bytes 0-15 of a k-quad: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high bits):
-// lanes 0-31 from bits 0-1 / 2-3, lanes 32-63 from bits 4-5 / 6-7 (right shifts within each byte's 32-bit word),
-// plus 4 where the third bit (bytes 16-19: lanes 0-31, 20-23: lanes 32-63) is set
-inline void int2_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {  // the low two bits alone (Q2_K)
+// int2 (GGUF's Q2_K): a k-quad's two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high
+// bits): lanes 0-31 from bits 0-1 / 2-3, lanes 32-63 from bits 4-5 / 6-7 (right shifts within each 32-bit word)
+inline void int2_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
   const __m256i pairs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quad)));
   const __m256i mask = _mm256_set1_epi8(3);
   *c_lo = _mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), mask);
   *c_hi = _mm256_and_si256(_mm256_srlv_epi32(pairs, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)), mask);
 }
+// int3: int2's bits plus 4 where the third bit (bytes 16-19: lanes 0-31, 20-23: lanes 32-63) is set
 inline void int3_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
   uint32_t t0, t1;
   std::memcpy(&t0, quad + 16, 4);

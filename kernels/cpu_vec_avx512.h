@@ -147,13 +147,14 @@ template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 4, 48, int6_quad>(codes, x, k_stride, ip);
 }
-// int3: a k-quad's low two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high bits), plus
-// 4 where its third bit (bytes 16-23, bit l for lane l) is set; 128-bit lane j of the broadcast shifts right by 2 j
-inline __m512i int2_quad(const uint8_t* p) {  // the low two bits alone (int2: GGUF's Q2_K)
+// int2 (GGUF's Q2_K): a k-quad's two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high
+// bits); 128-bit lane j of the broadcast shifts right by 2 j
+inline __m512i int2_quad(const uint8_t* p) {
   const __m512i pairs = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m512i down = _mm512_srlv_epi32(pairs, _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
   return _mm512_and_si512(down, _mm512_set1_epi8(3));
 }
+// int3: int2's bits plus 4 where the third bit (bytes 16-23, bit l for lane l) is set
 inline __m512i int3_quad(const uint8_t* p) {
   uint64_t third;
   std::memcpy(&third, p + 16, 8);

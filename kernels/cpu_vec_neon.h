@@ -212,15 +212,15 @@ template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 4, 48, int6_quad>(codes, x, k_stride, ip);
 }
-// int3: the low two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16) plus 4 where the third bit (bytes
-// 16-23, bit l for lane l) is set
-inline void int2_quad(const uint8_t* quad, int8x16_t* w) {  // the low two bits alone (Q2_K)
+// int2 (GGUF's Q2_K): a k-quad's two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16)
+inline void int2_quad(const uint8_t* quad, int8x16_t* w) {
   const uint8x16_t p = vld1q_u8(quad), mask = vdupq_n_u8(3);
   w[0] = vreinterpretq_s8_u8(vandq_u8(p, mask));
   w[1] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(p, 2), mask));
   w[2] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(p, 4), mask));
   w[3] = vreinterpretq_s8_u8(vshrq_n_u8(p, 6));
 }
+// int3: int2's bits plus 4 where the third bit (bytes 16-23, bit l for lane l) is set
 inline void int3_quad(const uint8_t* quad, int8x16_t* w) {
   int2_quad(quad, w);
   for (int j = 0; j < 4; ++j) w[j] = vorrq_s8(w[j], vreinterpretq_s8_u8(fifth_bits(quad + 16 + 2 * j, 4)));
