@@ -1,16 +1,16 @@
-"""A GGUF file's quantized matrices as the codes and scales radixlm's int3 / int4 / int5 / int6 / int8 kernels take
-(QuantBlocks).
+"""A GGUF file's quantized matrices as the codes and scales radixlm's int2 - int6 and int8 kernels take (QuantBlocks).
 
-Every quantized GGUF type loads at the width closest to the file's: Q2_K -> int2 (its own form: w = d sc q - dmin m,
-q in [0, 3], 4-bit sc and m per 16, d and dmin per 256), Q3_K -> int3 (its own form: w = d sc (q - 4),
-q in [0, 7], an int8 sc per 16, d per 256), IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values (w = d
-kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8 sc per 32, d per 256), other types of 4 bits or fewer -> int4 (w =
-d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (the same with q in [0, 31]), Q6_K -> int6 (its own form: w = d sc (q - 32), q in
-[0, 63], sc and d as int3's), 8 bits -> int8 (w = d q, q in [-127, 127]). Exact where the type fits that form:
-Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL and IQ4_XS bit for bit, Q4_K and Q5_K through their own
-scales (KScales, which the kernels' K-quant layout keeps), or up to float16 rounding of d sc and dmin m once mixed
-with other types; a mix of forms no kernel layout shares through float32 values, quantized per group of 32
-(int4_codes / int8_codes).
+Every quantized GGUF type loads at the width closest to the file's:
+- Q2_K -> int2, its own form: w = d sc q - dmin m, q in [0, 3], 4-bit sc and m per 16, d and dmin per 256;
+- Q3_K -> int3, its own form: w = d sc (q - 4), q in [0, 7], an int8 sc per 16, d per 256;
+- IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values: w = d kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8
+  sc per 32, d per 256;
+- the other 4-bit types -> int4 (w = d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (q in [0, 31]);
+- Q6_K -> int6, its own form: w = d sc (q - 32), q in [0, 63], sc and d as int3's; 8 bits -> int8 (w = d q).
+Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL and IQ4_XS bit for
+bit, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps), or up to float16
+rounding of d sc and dmin m once mixed with other types; a stack of forms no kernel layout shares goes through
+its float32 values, quantized per group of 32 (int4_codes / int8_codes).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS"})  # ... as int
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K"})  # ... as int6
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"})  # ... as int8
-WIDTHS = {**dict.fromkeys(TWO_BIT, 2), **dict.fromkeys(THREE_BIT, 3), **dict.fromkeys(FOUR_BIT, 4), **dict.fromkeys(FIVE_BIT, 5), **dict.fromkeys(SIX_BIT, 6),
-          **dict.fromkeys(EIGHT_BIT, 8)}
+WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
+                                          (EIGHT_BIT, 8)) for qtype in types}
 # bytes per block of 32: (d, 16 code bytes), (d, m, 16), (d, 32 fifth bits, 16), (d, m, 32 fifth bits, 16), (d, 32)
 _BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
 # super-blocks of 256: d, dmin float16, 12 bytes of 6-bit scales and minimums, (Q5_K: 32 bytes of fifth bits,)
@@ -74,15 +74,16 @@ class KScales:
 class QuantBlocks:
     """A weight [N, K] in groups of 32 along K. 4 and 5 bits: w = d q + m, codes q in [0, 15] or [0, 31]; 8 bits:
     w = d q, q in [-127, 127]; 6 bits (Q6_K): w = d sub (q - 32), q in [0, 63], sub per 16 along K, d per 256;
-    3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'; iq4 (4 bits, IQ4_NL / IQ4_XS): w = d
+    3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'; 2 bits (Q2_K): w = d sc q - dmin m, its
+    scales in kq (per 16); iq4 (4 bits, IQ4_NL / IQ4_XS): w = d
     kv[q] with kv IQ4_NL's values (cpu_matmul.IQ4_VALUES), or w = d sub kv[q] with sub per 32, d per 256 (IQ4_XS)."""
 
-    q: torch.Tensor  # [N, K] uint8 (3, 4, 5, 6 bits) or int8 (8 bits)
-    d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 3 and 6 bits)
-    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and for 3, 6, 8 bits
+    q: torch.Tensor  # [N, K] uint8 (2 - 6 bits) or int8 (8 bits)
+    d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 2, 3 and 6 bits, and IQ4_XS)
+    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, for 2, 3, 6, 8 bits, IQ4
     bits: int = 4
     sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]
-    kq: KScales | None = None  # Q4_K / Q5_K: their own scales
+    kq: KScales | None = None  # Q4_K / Q5_K / Q2_K: their own scales
     iq4: bool = False  # 4-bit codes indexing IQ4_NL's values (d per 32, or per 256 with sub)
 
     @property
@@ -109,7 +110,7 @@ class QuantBlocks:
             per = 32 if qtype == "IQ4_NL" else 256
             return _iq4_blocks(data.reshape(n * k // per, _IQ4_BYTES[qtype]), n, k)
         if qtype not in WIDTHS:
-            raise ValueError(f"model: GGUF type {qtype} has no int4 / int5 / int6 / int8 form")
+            raise ValueError(f"model: GGUF type {qtype} has no int2 - int8 form")
         import gguf
 
         w = torch.from_numpy(np.asarray(gguf.quants.dequantize(data, gguf.GGMLQuantizationType[qtype]),
@@ -120,8 +121,8 @@ class QuantBlocks:
     def from_float(cls, w: torch.Tensor, bits: int) -> QuantBlocks:
         """w [N, K] float -> its blocks of ``bits`` bits (4, 5 or 8), each group of 32 quantized alone."""
         if bits not in (4, 5, 8):
-            raise ValueError(f"model: no {bits}-bit form quantized from float weights (int3 and int6 are Q3_K's and "
-                             "Q6_K's own)")
+            raise ValueError(f"model: no {bits}-bit form quantized from float weights (int2, int3 and int6 are "
+                             "Q2_K's, Q3_K's and Q6_K's own)")
         if bits == 8:
             q, d = int8_codes(w)
             return cls(q, d, None, 8)
