@@ -11,8 +11,10 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from radixlm.kernels import cpu_ext
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.model.loader import random_model
+from radixlm.runtime.model.gguf_file import GGUFModel
+from radixlm.runtime.model.loader import load_model, random_model
 
 from .conftest import TINY
 
@@ -152,3 +154,25 @@ def test_two_engines_run_their_own_models(built):
     assert got == [r["output_ids"] for r in reference.generate(input_ids=prompts, sampling_params=GREEDY)]
     mine = [r["output_ids"] for r in engines[1].generate(input_ids=prompts, sampling_params=GREEDY)]
     assert mine == [r["output_ids"] for r in engines[0].generate(input_ids=prompts, sampling_params=GREEDY)]
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_a_mixed_width_gguf_model_compiles_and_matches_eager(tmp_path):
+    """A file laid out as llama.cpp's Q4_K_M (int4 matmuls, an int6 / int5 tail on each qkv, int6 and int5 down
+    matrices): every native matmul has a fake for tracing (int5 and int6 had none, and tracing failed), and the
+    compiled step gives the eager engine's tokens."""
+    from .test_gguf_blocks import write_mixed_file
+
+    path = str(tmp_path / "mixed.gguf")
+    write_mixed_file(path)
+    files = GGUFModel(path)
+
+    def make(**extra) -> Engine:
+        return Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
+                                 quantization="mixed", deterministic=False, max_total_tokens=1024,
+                                 check_invariants=True, **extra)
+
+    pair = (make(), make(enable_torch_compile=True, torch_compile_max_bs=2))
+    assert pair[1].model.layers[0].self_attn.qkv_proj.quant.tail.kind == "int6"
+    want, got, steps = run_both(pair, [ids(9, 1), ids(20, 2)])
+    assert got == want and steps > 0
