@@ -5,11 +5,12 @@
 Shapes are Llama-3.2-like (grouped-query attention, SwiGLU, tied embeddings); the tokenizer, its vocabulary
 (49,152 tokens) and chat template are the embedded SmolLM2's, so prompts tokenize the same everywhere.
 Weights are small random normals: the outputs are noise, the speed is a real model's of that shape.
-Writes OUT/random-SIZE-TYPE.gguf (skipping files that exist). The `gguf` package cannot write K-quants; the
-K-quant files of the benchmarks (Q4_K_M, Q5_K_M: mixes of Q4_K / Q5_K with Q6_K, as llama.cpp chooses them)
-come from a Q4_0 file through llama.cpp's own tool (built by peers/setup_llamacpp.sh):
+Writes OUT/random-SIZE-TYPE.gguf (skipping files that exist). The `gguf` package cannot write K-quants or IQ
+types; the benchmarks' files of them (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, IQ4_XS: mixes of those types with wider
+ones, as llama.cpp chooses them) come from a Q4_0 file through llama.cpp's own tool (built by
+peers/setup_llamacpp.sh), one TYPE at a time:
 
-    ../peers/llama-quantize --allow-requantize ../models/random-1.5b-Q4_0.gguf ../models/random-1.5b-Q4_K_M.gguf Q4_K_M
+    ../peers/llama-quantize --allow-requantize ../models/random-1.5b-Q4_0.gguf ../models/random-1.5b-TYPE.gguf TYPE
 """
 
 from __future__ import annotations
