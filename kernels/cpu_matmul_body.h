@@ -1,5 +1,6 @@
-// The matmul kernels, int3 / int4 (plain, K-quant, IQ4) / int5 / int6 / int8 weight-only and dense (bfloat16 or float32 weights), written once
-// against the vector layer (compiled per instruction set by cpu_foreach_isa.h; the ops and layouts: cpu_matmul.cpp).
+// The matmul kernels, int2 / int3 / int4 (plain, K-quant, IQ4) / int5 / int6 / int8 weight-only and dense (bfloat16
+// or float32 weights), written once against the vector layer (compiled per instruction set by cpu_foreach_isa.h;
+// the ops and layouts: cpu_matmul.cpp).
 //
 // Batch invariance: a row of y is computed by the same operations in the same order whichever tile size
 // (MT rows) and batch it comes in, and activation quantization is per row, so a row's result never

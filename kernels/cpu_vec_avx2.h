@@ -308,7 +308,8 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
 // IQ4_NL's 16 values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x) per group
 constexpr int32_t kIq4Bias = 128;
 inline void iq4_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
-  alignas(16) static const uint8_t kBiased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+  alignas(16) static const uint8_t kBiased[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                  129, 141, 153, 166, 181, 197, 217, 241};
   const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kBiased)));
   int4_quad(quad, c_lo, c_hi);
   *c_lo = _mm256_shuffle_epi8(table, *c_lo);
@@ -323,7 +324,8 @@ inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_strid
 constexpr int32_t kIq4Bias = 0;
 template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  alignas(16) static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  alignas(16) static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
   const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kValues)));
   for (int i = 0; i < MT; ++i) ip[i] = izero();
   for (int kq = 0; kq < 8; ++kq) {

@@ -173,7 +173,8 @@ inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride
 // IQ4_NL's 16 values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x) per group
 constexpr int32_t kIq4Bias = 128;
 inline __m512i iq4_quad(const uint8_t* p) {
-  alignas(16) static const uint8_t kBiased[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+  alignas(16) static const uint8_t kBiased[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                  129, 141, 153, 166, 181, 197, 217, 241};
   const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kBiased)));
   return _mm512_shuffle_epi8(table, int4_quad(p));
 }

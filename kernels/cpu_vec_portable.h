@@ -141,7 +141,8 @@ inline int quad_code(const uint8_t* c, int lane) {
   if (Bits == 6) return nibble | (((c[32 + lane % 16] >> (2 * (lane / 16))) & 3) << 4);
   return Bits == 5 ? nibble | (((c[32 + lane / 8] >> (lane % 8)) & 1) << 4) : nibble;
 }
-// ip[i]_j = sum over Quads k-quads of codes (32 bytes each for int4, 40 for int5, 48 for int6, 24 for int3) of w[j][k] x_i[k]
+// ip[i]_j = sum over Quads k-quads of codes (32 bytes each for int4, 40 for int5, 48 for int6, 24 for int3, 16 for
+// int2) of w[j][k] x_i[k]
 template <int MT, int Bits, int Quads = 8>
 inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   constexpr int kQuad = Bits == 6 ? 48 : Bits == 5 ? 40 : Bits == 3 ? 24 : Bits == 2 ? 16 : 32;
@@ -206,7 +207,9 @@ inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_strid
     ip[i] = I16{};
     for (int kq = 0; kq < 8; ++kq) {
       const int8_t* xi = x + i * k_stride + 4 * kq;
-      for (int lane = 0; lane < 64; ++lane) ip[i].v[lane / 4] += kValues[quad_code<4>(codes + 32 * kq, lane)] * xi[lane % 4];
+      for (int lane = 0; lane < 64; ++lane) {
+        ip[i].v[lane / 4] += kValues[quad_code<4>(codes + 32 * kq, lane)] * xi[lane % 4];
+      }
     }
   }
 }
