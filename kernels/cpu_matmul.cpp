@@ -1,6 +1,6 @@
-// Weight-only int2 / int3 / int4 / int5 / int6 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16) times W [N, K]^T ->
-// y [M, N] in x's dtype. Torch references: cpu_matmul.py. The bodies are in cpu_matmul_body.h, compiled
-// once per instruction set; these are the ops, their checks and the threading.
+// Weight-only int2 / int3 / int4 / int5 / int6 / int8 matmuls and the dense matmul: x [M, K] (float32 or bfloat16)
+// times W [N, K]^T -> y [M, N] in x's dtype. Torch references: cpu_matmul.py. The bodies are in cpu_matmul_body.h,
+// compiled once per instruction set; these are the ops, their checks and the threading.
 //
 // Quantized weights: the activations are quantized on the fly to int8, one scale per block of 64 along K
 // (a = max|x| / 127, measured lossless on SmolLM2), so the inner product is an int8 dot product

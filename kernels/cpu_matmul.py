@@ -38,8 +38,9 @@ SUB_BYTES = {4 * quad + (32 if bits == 2 else 16): bits for bits, quad in SUB_QU
 IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                           dtype=torch.int8)  # GGUF's IQ4_NL / IQ4_XS: w = d IQ4_VALUES[q]
 IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
-__all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear", "int8_linear",
-           "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8", "pack_iq4"]
+__all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear",
+           "int8_linear", "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8",
+           "pack_iq4"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 

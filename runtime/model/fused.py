@@ -8,8 +8,8 @@ output for a request does not depend on the requests batched with it, nor on whe
 the cache.
 
 It takes models whose linear layers all run on radixlm's matmul kernels (int2 - int6 and int8, each matrix its
-own, a stacked qkv or gate_up with its last rows in another width as a tail; or the dense bfloat16 tiles) on one rank, with the C++ attention (head dim 64 or 128); ModelRunner uses
-it for every batch then.
+own, a stacked qkv or gate_up with its last rows in another width as a tail; or the dense bfloat16 tiles) on one
+rank, with the C++ attention (head dim 64 or 128); ModelRunner uses it for every batch then.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class QuantBlocks:
 
     q: torch.Tensor  # [N, K] uint8 (2 - 6 bits) or int8 (8 bits)
     d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 2, 3 and 6 bits, and IQ4_XS)
-    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, for 2, 3, 6, 8 bits, IQ4
+    m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and the others
     bits: int = 4
     sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]
     kq: KScales | None = None  # Q4_K / Q5_K / Q2_K: their own scales
