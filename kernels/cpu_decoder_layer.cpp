@@ -94,11 +94,14 @@ struct LayerWeights {
 };
 
 // A matrix's bits from its data: uint8 int4 codes (32 bytes a k-quad, or 288 a group in the K-quant layout), int5
-// codes (40, or 352), int6 sub-blocks (208), int3 ones (112) or int2 ones (96), int8 codes, else dense.
+// codes (40, or 352), the sub-blocks of int6, int3 or int2 (sub_block_bytes), int8 codes, else dense.
 int64_t weight_bits(const at::Tensor& data) {
   if (data.scalar_type() == at::kByte) {
     const int64_t last = data.dim() == 3 ? data.size(2) : 0;
-    return last == 40 || last == 352 ? 5 : last == 208 ? 6 : last == 112 ? 3 : last == 96 ? 2 : 4;  // 352: int5, K form
+    for (int64_t bits : {2, 3, 6}) {
+      if (last == sub_block_bytes(bits)) return bits;
+    }
+    return last == 40 || last == 352 ? 5 : 4;  // 352: int5 in the K-quant layout
   }
   return data.scalar_type() == at::kChar ? 8 : 16;
 }

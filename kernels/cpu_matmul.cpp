@@ -94,7 +94,7 @@ void check_weight(const QuantWeightRef& w) {
                 w.data.numel() * 8 == w.n() * w.k() * 5 && w.data.is_contiguous() && w.scales.is_contiguous() &&
                 w.mins.is_contiguous(), "int5 weight: uint8 codes [N / 16, K / 4, 40] with float16 scales and minimums");
   } else if (w.bits == 6 || w.bits == 3 || w.bits == 2) {
-    const int64_t size = w.bits == 6 ? 208 : w.bits == 3 ? 112 : 96;
+    const int64_t size = sub_block_bytes(w.bits);
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == size &&
                 w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.scales.size(0) == w.data.size(0) &&
                 w.scales.size(1) * 16 == w.data.size(1) && w.scales.size(2) == 16 && w.data.is_contiguous() &&

@@ -159,14 +159,11 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t
 // int2 (Bits 2, Q2_K): w = d sc_j q - dmin m_j, q in [0, 3], sc_j and m_j 4-bit: the int32 sum of sc_j ip_j and the
 // float sum of m_j s16_j (integers below 2^24: exact), then (d sum + (-dmin) msum) a; per sub-block 4 k-quads of 16
 // bytes (int3's low bit pairs), then the 16 rows' sc_j, then their m_j; mn holds -dmin per 256.
-template <int Bits>
-constexpr int64_t kSubQuad = Bits == 6 ? 48 : Bits == 3 ? 24 : 16;  // bytes a k-quad
-template <int Bits>
-constexpr int64_t kSubBytes = 4 * kSubQuad<Bits> + (Bits == 2 ? 32 : 16);
 template <int MT, int Bits, typename T>
 void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
                    const QuantizedX& xq, int64_t m0, T* y) {
-  constexpr int64_t kSub = kSubBytes<Bits>, kOffset = Bits == 6 ? 32 : Bits == 3 ? 4 : 0;
+  constexpr int64_t kSub = sub_block_bytes(Bits), kScalesAt = 4 * sub_quad_bytes(Bits);
+  constexpr int64_t kOffset = Bits == 6 ? 32 : Bits == 3 ? 4 : 0;
   const int64_t k = xq.k, nb = xq.nb;
   const uint8_t* wt = codes + tile * (k / 16) * kSub;
   const at::Half* dt = d + tile * (k / 256) * 16;
@@ -191,7 +188,7 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
       } else {
         dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       }
-      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + 4 * kSubQuad<Bits>));
+      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt));
       for (int i = 0; i < MT; ++i) {
         if constexpr (Bits == 2) {
           sum[i] = imadd(ip[i], sc, sum[i]);
@@ -200,7 +197,7 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
         }
       }
       if constexpr (Bits == 2) {
-        const F16 mj = to_float(widen_int8(reinterpret_cast<const int8_t*>(sub + 4 * kSubQuad<Bits> + 16)));
+        const F16 mj = to_float(widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt + 16)));
         for (int i = 0; i < MT; ++i) msum[i] = fmadd(mj, fset1(static_cast<float>(s16[i * nb * 4])), msum[i]);
       }
     }

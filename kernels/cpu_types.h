@@ -7,9 +7,30 @@
 
 namespace radixlm_cpu {
 
-// x quantized per 64-block for the int4 / int5 / int6 / int8 matmuls: q [M, K] int8, a [M, K / 64] (the block's
-// scale), s (int32) and t = a * s (float) [M, K / 32] per group of 32, s16 (int32) [M, K / 16] per 16 (int6's
-// sub-blocks). A view of memory its owner keeps.
+// The layouts the matmul bodies share with the ops' checks. The sub-block forms (int2, int3, int6: scales per 16
+// along K) hold a sub-block of a 16-row tile as 4 k-quads of codes, then the rows' int8 scales (int2: then its
+// minimums): bytes a k-quad, bytes a sub-block.
+constexpr int64_t sub_quad_bytes(int64_t bits) { return bits == 6 ? 48 : bits == 3 ? 24 : 16; }
+constexpr int64_t sub_block_bytes(int64_t bits) { return 4 * sub_quad_bytes(bits) + (bits == 2 ? 32 : 16); }
+// IQ4_NL's 16 values, which the codes of GGUF's IQ4_NL and IQ4_XS index (cpu_matmul.py's IQ4_VALUES), and the same
+// plus 128 as unsigned bytes (for vpdpbusd, which multiplies unsigned by signed bytes)
+struct Iq4Table {
+  alignas(16) int8_t v[16];
+};
+inline constexpr Iq4Table kIq4Values = {{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}};
+struct Iq4Biased {
+  alignas(16) uint8_t v[16];
+};
+constexpr Iq4Biased iq4_biased() {
+  Iq4Biased t{};
+  for (int i = 0; i < 16; ++i) t.v[i] = static_cast<uint8_t>(kIq4Values.v[i] + 128);
+  return t;
+}
+inline constexpr Iq4Biased kIq4Biased = iq4_biased();
+
+// x quantized per 64-block for the quantized matmuls: q [M, K] int8, a [M, K / 64] (the block's scale), s (int32)
+// and t = a * s (float) [M, K / 32] per group of 32, s16 (int32) [M, K / 16] per 16 (the sub-block forms'). A view
+// of memory its owner keeps.
 struct QuantizedX {
   int8_t* q;
   float* a;
@@ -87,7 +108,11 @@ struct AttentionTask {
 
 }  // namespace radixlm_cpu
 
+using radixlm_cpu::kIq4Biased;
+using radixlm_cpu::kIq4Values;
 using radixlm_cpu::QuantizedX;
+using radixlm_cpu::sub_block_bytes;
+using radixlm_cpu::sub_quad_bytes;
 using radixlm_cpu::QueryRows;
 using radixlm_cpu::Rows;
 using radixlm_cpu::Scratch;

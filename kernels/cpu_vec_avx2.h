@@ -195,21 +195,25 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
   dot_codes<MT, 8, 8, 32, int4_quad>(codes, x, k_stride, ip);
 }
 // `value` in byte l of 32 where bit l of `bits` is set, else 0
-inline __m256i fifth_bits(uint32_t bits, char value = 16) {
+inline __m256i bit_lanes(uint32_t bits, char value) {
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)),
                                              _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(value));
 }
+// codes plus `value` where a k-quad's bit plane (8 bytes at plane, bit l for lane l: lanes 0-31, then 32-63) is set
+inline void add_bit_plane(const uint8_t* plane, char value, __m256i* c_lo, __m256i* c_hi) {
+  uint32_t b0, b1;
+  std::memcpy(&b0, plane, 4);
+  std::memcpy(&b1, plane + 4, 4);
+  *c_lo = _mm256_or_si256(*c_lo, bit_lanes(b0, value));
+  *c_hi = _mm256_or_si256(*c_hi, bit_lanes(b1, value));
+}
 // int5: the int4 codes plus 16 where the k-quad's fifth bit is set (bytes 32-35: rows 0-7, 36-39: rows 8-15)
 inline void int5_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
-  uint32_t f0, f1;
-  std::memcpy(&f0, quad + 32, 4);
-  std::memcpy(&f1, quad + 36, 4);
   int4_quad(quad, c_lo, c_hi);
-  *c_lo = _mm256_or_si256(*c_lo, fifth_bits(f0));
-  *c_hi = _mm256_or_si256(*c_hi, fifth_bits(f1));
+  add_bit_plane(quad + 32, 16, c_lo, c_hi);
 }
 // one group of 32 k (8 k-quads of 40 bytes); codes up to 31: int16 sums over 4 k-quads (31,496)
 template <int MT>
@@ -231,7 +235,7 @@ inline void int6_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
 // one sub-block of 16 k (4 k-quads of 48 bytes); codes up to 63: int16 sums over 2 k-quads (32,004)
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 2, 48, int6_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, 2, sub_quad_bytes(6), int6_quad>(codes, x, k_stride, ip);
 }
 // int2 (GGUF's Q2_K): a k-quad's two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high
 // bits): lanes 0-31 from bits 0-1 / 2-3, lanes 32-63 from bits 4-5 / 6-7 (right shifts within each 32-bit word)
@@ -243,22 +247,18 @@ inline void int2_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
 }
 // int3: int2's bits plus 4 where the third bit (bytes 16-19: lanes 0-31, 20-23: lanes 32-63) is set
 inline void int3_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
-  uint32_t t0, t1;
-  std::memcpy(&t0, quad + 16, 4);
-  std::memcpy(&t1, quad + 20, 4);
   int2_quad(quad, c_lo, c_hi);
-  *c_lo = _mm256_or_si256(*c_lo, fifth_bits(t0, 4));
-  *c_hi = _mm256_or_si256(*c_hi, fifth_bits(t1, 4));
+  add_bit_plane(quad + 16, 4, c_lo, c_hi);
 }
 // one sub-block of 16 k (4 k-quads of 16 bytes); codes up to 3
 template <int MT>
 inline void dot_int2_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 4, 16, int2_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, 4, sub_quad_bytes(2), int2_quad>(codes, x, k_stride, ip);
 }
 // one sub-block of 16 k (4 k-quads of 24 bytes); codes up to 7: int16 sums over all 4 (7,112)
 template <int MT>
 inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 4, 24, int3_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, 4, sub_quad_bytes(3), int3_quad>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -267,80 +267,66 @@ inline I16 widen_int8(const int8_t* p) {
 inline I16 imadd(I16 a, I16 b, I16 c) {  // a b + c
   return {_mm256_add_epi32(_mm256_mullo_epi32(a.lo, b.lo), c.lo), _mm256_add_epi32(_mm256_mullo_epi32(a.hi, b.hi), c.hi)};
 }
+// The int8-valued weights, int8 (a k-quad's 64 bytes: rows 0-7, then 8-15) and IQ4 (int4 codes looked up in
+// IQ4_NL's values); a decoder gives a k-quad's 64 values as int4_quad gives codes.
 #ifdef RADIXLM_DPBUSD256
-// ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
-// multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group
-constexpr int32_t kInt8Bias = 128;
-template <int MT>
-inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
+// VNNI multiplies unsigned by signed bytes: the values come biased by 128, and the tile subtracts 128 sum(x) per group
+constexpr int32_t kInt8Bias = 128, kIq4Bias = 128;
+inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  *w_lo = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)), flip);
+  *w_hi = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32)), flip);
+}
+inline void iq4_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Biased.v)));
+  int4_quad(quad, w_lo, w_hi);
+  *w_lo = _mm256_shuffle_epi8(table, *w_lo);
+  *w_hi = _mm256_shuffle_epi8(table, *w_hi);
+}
+// ip[i]_j = sum over one group of 32 k (8 k-quads of Bytes bytes) of (w[j][k] + 128) x_i[k]
+template <int MT, int Bytes, QuadDecoder decode>
+inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_codes<MT, 8, 8, Bytes, decode>(codes, x, k_stride, ip);
+}
+#else
+// signed values in [-127, 127]: |w| times x with w's sign (maddubs pairs at most 2 * 127 * 127, a maddwd a k-quad)
+constexpr int32_t kInt8Bias = 0, kIq4Bias = 0;
+inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
+  *w_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
+  *w_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32));
+}
+inline void iq4_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Values.v)));
+  int4_quad(quad, w_lo, w_hi);
+  *w_lo = _mm256_shuffle_epi8(table, *w_lo);
+  *w_hi = _mm256_shuffle_epi8(table, *w_hi);
+}
+// ip[i]_j = sum over one group of 32 k (8 k-quads of Bytes bytes) of w[j][k] x_i[k], exact
+template <int MT, int Bytes, QuadDecoder decode>
+inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
   for (int kq = 0; kq < 8; ++kq) {
-    const __m256i b0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq)), flip);
-    const __m256i b1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq + 32)), flip);
+    __m256i w0, w1;
+    decode(codes + Bytes * kq, &w0, &w1);
+    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
     for (int i = 0; i < MT; ++i) {
       const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-      ip[i].lo = RADIXLM_DPBUSD256(ip[i].lo, b0, xb);
-      ip[i].hi = RADIXLM_DPBUSD256(ip[i].hi, b1, xb);
+      ip[i].lo = _mm256_add_epi32(ip[i].lo, sum4(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0))));
+      ip[i].hi = _mm256_add_epi32(ip[i].hi, sum4(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1))));
     }
   }
 }
-#else
-// ip[i]_j = sum over one group of 32 k (8 k-quads, 64 bytes each) of w[j][k] x_i[k], exact, for int8 w in
-// [-127, 127]: |w| times x with w's sign (pairs at most 2 * 127 * 127, so one maddwd per k-quad)
-constexpr int32_t kInt8Bias = 0;
+#endif
+// one group of 32 k of int8 weights (8 k-quads of 16 rows x 4 int8), less the bias times sum(x) (kInt8Bias)
 template <int MT>
 inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 8; ++kq) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * kq + 32));
-    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
-    for (int i = 0; i < MT; ++i) {
-      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-      ip[i].lo = _mm256_add_epi32(ip[i].lo, sum4(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0))));
-      ip[i].hi = _mm256_add_epi32(ip[i].hi, sum4(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1))));
-    }
-  }
+  dot_values_group<MT, 64, int8_quad>(reinterpret_cast<const uint8_t*>(q), x, k_stride, ip);
 }
-#endif
-#ifdef RADIXLM_DPBUSD256
-// IQ4_NL's 16 values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x) per group
-constexpr int32_t kIq4Bias = 128;
-inline void iq4_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
-  alignas(16) static const uint8_t kBiased[16] = {1,   24,  45,  63,  79,  93,  106, 118,
-                                                  129, 141, 153, 166, 181, 197, 217, 241};
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kBiased)));
-  int4_quad(quad, c_lo, c_hi);
-  *c_lo = _mm256_shuffle_epi8(table, *c_lo);
-  *c_hi = _mm256_shuffle_epi8(table, *c_hi);
-}
+// one group of 32 k of IQ4 codes (8 k-quads of int4's 32 bytes, indices into the values), less kIq4Bias sum(x)
 template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 8, 8, 32, iq4_quad>(codes, x, k_stride, ip);
+  dot_values_group<MT, 32, iq4_quad>(codes, x, k_stride, ip);
 }
-#else
-// IQ4_NL's 16 values as signed bytes, multiplied as int8's are (|w| times x with w's sign, a maddwd per k-quad)
-constexpr int32_t kIq4Bias = 0;
-template <int MT>
-inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  alignas(16) static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                 1,    13,   25,  38,  53,  69,  89,  113};
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kValues)));
-  for (int i = 0; i < MT; ++i) ip[i] = izero();
-  for (int kq = 0; kq < 8; ++kq) {
-    __m256i c_lo, c_hi;
-    int4_quad(codes + 32 * kq, &c_lo, &c_hi);
-    const __m256i w0 = _mm256_shuffle_epi8(table, c_lo), w1 = _mm256_shuffle_epi8(table, c_hi);
-    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
-    for (int i = 0; i < MT; ++i) {
-      const __m256i xb = _mm256_set1_epi32(four_bytes(x + i * k_stride + 4 * kq));
-      ip[i].lo = _mm256_add_epi32(ip[i].lo, sum4(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0))));
-      ip[i].hi = _mm256_add_epi32(ip[i].hi, sum4(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1))));
-    }
-  }
-}
-#endif
 inline I16 isub_scalar(I16 a, int32_t x) {
   const __m256i v = _mm256_set1_epi32(x);
   return {_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};

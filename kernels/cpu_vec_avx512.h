@@ -122,12 +122,14 @@ template <int MT>
 inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 8, 32, int4_quad>(codes, x, k_stride, ip);
 }
-// int5: a k-quad's nibbles as int4_quad's, plus 16 where its fifth bit (8 bytes, bit l for lane l) is set
-inline __m512i int5_quad(const uint8_t* quad) {
-  uint64_t fifth;
-  std::memcpy(&fifth, quad + 32, 8);
-  return _mm512_or_si512(int4_quad(quad), _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(16)));
+// codes plus `value` where a k-quad's bit plane (8 bytes at plane, bit l for lane l) is set
+inline __m512i add_bit_plane(__m512i codes, const uint8_t* plane, char value) {
+  uint64_t bits;
+  std::memcpy(&bits, plane, 8);
+  return _mm512_or_si512(codes, _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(value)));
 }
+// int5: a k-quad's nibbles as int4_quad's, plus 16 where its fifth bit (bytes 32-39) is set
+inline __m512i int5_quad(const uint8_t* quad) { return add_bit_plane(int4_quad(quad), quad + 32, 16); }
 // one group of 32 k (8 k-quads of 40 bytes)
 template <int MT>
 inline void dot_int5_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
@@ -145,7 +147,7 @@ inline __m512i int6_quad(const uint8_t* p) {
 // one sub-block of 16 k (4 k-quads of 48 bytes)
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 48, int6_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, sub_quad_bytes(6), int6_quad>(codes, x, k_stride, ip);
 }
 // int2 (GGUF's Q2_K): a k-quad's two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16, as int6's high
 // bits); 128-bit lane j of the broadcast shifts right by 2 j
@@ -155,27 +157,21 @@ inline __m512i int2_quad(const uint8_t* p) {
   return _mm512_and_si512(down, _mm512_set1_epi8(3));
 }
 // int3: int2's bits plus 4 where the third bit (bytes 16-23, bit l for lane l) is set
-inline __m512i int3_quad(const uint8_t* p) {
-  uint64_t third;
-  std::memcpy(&third, p + 16, 8);
-  return _mm512_or_si512(int2_quad(p), _mm512_maskz_mov_epi8(third, _mm512_set1_epi8(4)));
-}
+inline __m512i int3_quad(const uint8_t* p) { return add_bit_plane(int2_quad(p), p + 16, 4); }
 // one sub-block of 16 k (4 k-quads of 16 bytes)
 template <int MT>
 inline void dot_int2_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 16, int2_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, sub_quad_bytes(2), int2_quad>(codes, x, k_stride, ip);
 }
 // one sub-block of 16 k (4 k-quads of 24 bytes)
 template <int MT>
 inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 24, int3_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, sub_quad_bytes(3), int3_quad>(codes, x, k_stride, ip);
 }
 // IQ4_NL's 16 values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x) per group
 constexpr int32_t kIq4Bias = 128;
 inline __m512i iq4_quad(const uint8_t* p) {
-  alignas(16) static const uint8_t kBiased[16] = {1,   24,  45,  63,  79,  93,  106, 118,
-                                                  129, 141, 153, 166, 181, 197, 217, 241};
-  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kBiased)));
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Biased.v)));
   return _mm512_shuffle_epi8(table, int4_quad(p));
 }
 // one group of 32 k (8 k-quads of int4's 32 bytes, the codes indices into the values)

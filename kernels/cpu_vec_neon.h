@@ -184,15 +184,19 @@ inline void dot_int4_group(const uint8_t* codes, const int8_t* x, int64_t k_stri
   dot_codes<MT, 8, 32, int4_quad>(codes, x, k_stride, ip);
 }
 // `value` in byte l of 16 where bit l of the two bytes at p is set, else 0
-inline uint8x16_t fifth_bits(const uint8_t* p, uint8_t value = 16) {
+inline uint8x16_t bit_lanes(const uint8_t* p, uint8_t value) {
   static const uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
   const uint8x16_t spread = vcombine_u8(vdup_n_u8(p[0]), vdup_n_u8(p[1]));
   return vandq_u8(vtstq_u8(spread, vld1q_u8(kBit)), vdupq_n_u8(value));
 }
+// codes plus `value` where a k-quad's bit plane (8 bytes at plane, bit l for lane l) is set
+inline void add_bit_plane(const uint8_t* plane, uint8_t value, int8x16_t* w) {
+  for (int j = 0; j < 4; ++j) w[j] = vorrq_s8(w[j], vreinterpretq_s8_u8(bit_lanes(plane + 2 * j, value)));
+}
 // int5: the int4 codes plus 16 where the k-quad's fifth bit (bytes 32-39, bit l for lane l) is set
 inline void int5_quad(const uint8_t* quad, int8x16_t* w) {
   int4_quad(quad, w);
-  for (int j = 0; j < 4; ++j) w[j] = vorrq_s8(w[j], vreinterpretq_s8_u8(fifth_bits(quad + 32 + 2 * j)));
+  add_bit_plane(quad + 32, 16, w);
 }
 // one group of 32 k (8 k-quads of 40 bytes)
 template <int MT>
@@ -210,7 +214,7 @@ inline void int6_quad(const uint8_t* quad, int8x16_t* w) {
 // one sub-block of 16 k (4 k-quads of 48 bytes)
 template <int MT>
 inline void dot_int6_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 48, int6_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, sub_quad_bytes(6), int6_quad>(codes, x, k_stride, ip);
 }
 // int2 (GGUF's Q2_K): a k-quad's two bits (bytes 0-15: lane l's at bits 2 (l / 16) of byte l % 16)
 inline void int2_quad(const uint8_t* quad, int8x16_t* w) {
@@ -223,17 +227,17 @@ inline void int2_quad(const uint8_t* quad, int8x16_t* w) {
 // int3: int2's bits plus 4 where the third bit (bytes 16-23, bit l for lane l) is set
 inline void int3_quad(const uint8_t* quad, int8x16_t* w) {
   int2_quad(quad, w);
-  for (int j = 0; j < 4; ++j) w[j] = vorrq_s8(w[j], vreinterpretq_s8_u8(fifth_bits(quad + 16 + 2 * j, 4)));
+  add_bit_plane(quad + 16, 4, w);
 }
 // one sub-block of 16 k (4 k-quads of 16 bytes)
 template <int MT>
 inline void dot_int2_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 16, int2_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, sub_quad_bytes(2), int2_quad>(codes, x, k_stride, ip);
 }
 // one sub-block of 16 k (4 k-quads of 24 bytes)
 template <int MT>
 inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 4, 24, int3_quad>(codes, x, k_stride, ip);
+  dot_codes<MT, 4, sub_quad_bytes(3), int3_quad>(codes, x, k_stride, ip);
 }
 inline I16 widen_int8(const int8_t* p) {
   const int8x16_t v = vld1q_s8(p);
@@ -261,8 +265,7 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
 // IQ4_NL's 16 values as signed bytes (sdot multiplies them as they are)
 constexpr int32_t kIq4Bias = 0;
 inline void iq4_quad(const uint8_t* quad, int8x16_t* w) {
-  static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-  const int8x16_t table = vld1q_s8(kValues);
+  const int8x16_t table = vld1q_s8(kIq4Values.v);
   int4_quad(quad, w);
   for (int j = 0; j < 4; ++j) w[j] = vqtbl1q_s8(table, vreinterpretq_u8_s8(w[j]));
 }

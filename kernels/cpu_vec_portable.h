@@ -145,7 +145,7 @@ inline int quad_code(const uint8_t* c, int lane) {
 // int2) of w[j][k] x_i[k]
 template <int MT, int Bits, int Quads = 8>
 inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  constexpr int kQuad = Bits == 6 ? 48 : Bits == 5 ? 40 : Bits == 3 ? 24 : Bits == 2 ? 16 : 32;
+  constexpr int kQuad = Bits == 5 ? 40 : Bits == 4 ? 32 : sub_quad_bytes(Bits);
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
     for (int kq = 0; kq < Quads; ++kq) {
@@ -202,13 +202,12 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
 constexpr int32_t kIq4Bias = 0;
 template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  static const int kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
     for (int kq = 0; kq < 8; ++kq) {
       const int8_t* xi = x + i * k_stride + 4 * kq;
       for (int lane = 0; lane < 64; ++lane) {
-        ip[i].v[lane / 4] += kValues[quad_code<4>(codes + 32 * kq, lane)] * xi[lane % 4];
+        ip[i].v[lane / 4] += kIq4Values.v[quad_code<4>(codes + 32 * kq, lane)] * xi[lane % 4];
       }
     }
   }
