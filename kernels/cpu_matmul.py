@@ -218,11 +218,6 @@ def unpack_subblocks(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor
     return q, sc.permute(0, 3, 2, 1).reshape(nt * 16, -1), unpack_scales(d), bits
 
 
-def unpack_int6(codes: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The inverse of pack_int6 -> (q uint8 [N, K], sc int8 [N, K / 16], d float16 [N, K / 256])."""
-    return unpack_subblocks(codes, d)[:3]
-
-
 def dequantize_subblocks(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None = None) -> torch.Tensor:
     """int6, int3 or int2 -> w [N, K] float32 = d sc (q - 32), d sc (q - 4) or d sc q + (-dmin) m."""
     q, sc, d, bits = unpack_subblocks(codes, d)
@@ -234,8 +229,6 @@ def dequantize_subblocks(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor 
         w = w + (unpack_scales(mn).float()[..., None] * sc[:, k // SUB:].float().view(*per))[..., None]
     return w.view(n, k)
 
-
-dequantize_int6 = dequantize_int3 = dequantize_int2 = dequantize_subblocks
 
 
 def int6_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -324,14 +317,9 @@ def int5_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn:
     return (quantize_x_torch(x) @ dequantize_int5(codes, d, mn).t()).to(x.dtype)
 
 
-def int6_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    return (quantize_x_torch(x) @ dequantize_subblocks(codes, d).t()).to(x.dtype)
-
-
-int3_linear_torch = int6_linear_torch
-
-
-def int2_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+def subblock_linear_torch(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor,
+                          mn: torch.Tensor | None = None) -> torch.Tensor:
+    """int6, int3 or int2 (with its -dmin mn)."""
     return (quantize_x_torch(x) @ dequantize_subblocks(codes, d, mn).t()).to(x.dtype)
 
 

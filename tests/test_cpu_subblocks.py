@@ -17,9 +17,9 @@ from .test_cpu_kernels import PATH_PARAMS, assert_close_to_reference, built, isa
 
 # bits -> (pack, kernel, torch reference, bytes a sub-block of a tile); the packed weight is (codes, d) or, for
 # int2, (codes, d, -dmin)
-FORMS = {6: (ck.pack_int6, ck.int6_linear, ck.int6_linear_torch, 208),
-         3: (ck.pack_int3, ck.int3_linear, ck.int3_linear_torch, 112),
-         2: (ck.pack_int2, ck.int2_linear, ck.int2_linear_torch, 96)}
+FORMS = {6: (ck.pack_int6, ck.int6_linear, ck.subblock_linear_torch, 208),
+         3: (ck.pack_int3, ck.int3_linear, ck.subblock_linear_torch, 112),
+         2: (ck.pack_int2, ck.int2_linear, ck.subblock_linear_torch, 96)}
 
 
 def subblock_weight(n: int, k: int, gen: torch.Generator, bits: int = 6):
