@@ -27,9 +27,11 @@ namespace radixlm_avx2 {
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace radixlm_avxvnni {
 #define RADIXLM_DPBUSD256 _mm256_dpbusd_avx_epi32
+#define RADIXLM_DPWSSD256 _mm256_dpwssd_avx_epi32
 #include "cpu_vec_avx2.h"
 #include RADIXLM_BODY
 #undef RADIXLM_DPBUSD256
+#undef RADIXLM_DPWSSD256
 }  // namespace radixlm_avxvnni
 #pragma GCC pop_options
 #else
@@ -40,9 +42,11 @@ namespace radixlm_avxvnni {
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
 namespace radixlm_avxvnni_evex {
 #define RADIXLM_DPBUSD256 _mm256_dpbusd_epi32
+#define RADIXLM_DPWSSD256 _mm256_dpwssd_epi32
 #include "cpu_vec_avx2.h"
 #include RADIXLM_BODY
 #undef RADIXLM_DPBUSD256
+#undef RADIXLM_DPWSSD256
 }  // namespace radixlm_avxvnni_evex
 #pragma GCC pop_options
 #else

@@ -35,7 +35,7 @@ void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, c
       int32_t s4[4];
       for (int j = 0; j < 4; ++j) s4[j] = isum(iv[j]);
       const int32_t s0 = s4[0] + s4[1], s1 = s4[2] + s4[3];
-      for (int j = 0; j < 4; ++j) out.s16[(i * nb + b) * 4 + j] = s4[j];
+      for (int j = 0; j < 4; ++j) out.s16[(i * nb + b) * 4 + j] = static_cast<int16_t>(s4[j]);
       const int64_t g = (i * nb + b) * 2;
       out.s[g] = s0;
       out.s[g + 1] = s1;
@@ -150,20 +150,50 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
 
+// Adds the offsets' -off sc_j s16_j (int6: off 32, int3: 4) to sum, or the minimums' m_j s16_j (int2) to mins, for
+// sub-blocks (0, 1) and (2, 3) of a 64-block (sub: its first) as int16 pairs (|off sc_j| <= 4,096, |s16| <= 2,032)
+// against row i's pair of s16 (two int16 read as one int32): the same integers as the tile's per sub-block form
+template <int MT, int Bits>
+inline void add_offset_pairs(const uint8_t* sub, const QuantizedX& xq, int64_t m0, int64_t b, I16* sum, F16* mins) {
+  constexpr int64_t kSub = sub_block_bytes(Bits), kCoefAt = 4 * sub_quad_bytes(Bits) + (Bits == 2 ? 16 : 0);
+  constexpr int16_t kCoef = Bits == 2 ? 1 : Bits == 6 ? -32 : -4;
+  I16 msum[MT];
+  for (int i = 0; i < MT; ++i) msum[i] = izero();
+  for (int p = 0; p < 2; ++p) {
+    const int8_t* c0 = reinterpret_cast<const int8_t*>(sub + 2 * p * kSub + kCoefAt);
+    const I16 pairs = widen_pairs(c0, c0 + kSub, kCoef);
+    for (int i = 0; i < MT; ++i) {
+      int32_t s_pair;
+      std::memcpy(&s_pair, xq.s16 + ((m0 + i) * xq.nb + b) * 4 + 2 * p, 4);
+      if constexpr (Bits == 2) {
+        msum[i] = idot_pairs(pairs, s_pair, msum[i]);
+      } else {
+        sum[i] = idot_pairs(pairs, s_pair, sum[i]);
+      }
+    }
+  }
+  if constexpr (Bits == 2) {
+    for (int i = 0; i < MT; ++i) mins[i] = add(mins[i], to_float(msum[i]));
+  }
+}
+
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int6 weights (Bits 6, GGUF's Q6_K: w = d sc_j (q - 32), q in [0, 63])
 // or int3 (Bits 3, Q3_K: w = d sc_j (q - 4), q in [0, 7]): sc_j int8 per sub-block of 16 along K, d float16 per 256.
 // Per 64-block of K (one activation scale a) the four sub-blocks' exact int32 sum of sc_j (ip_j - off s16_j), then
 // times d a: the file's own arithmetic, no rounding of d sc_j. codes [N / 16, K / 16, SubBytes]: per sub-block 4
 // k-quads (int6: 48 bytes, int4's 32 bytes of nibbles then 16 of high bits, lane l's two at bits 2 (l / 16) of byte
 // l % 16; int3: 24 bytes, the low two bits so, then 8 of third bits, bit l for lane l), then the 16 rows' sc_j.
-// int2 (Bits 2, Q2_K): w = d sc_j q - dmin m_j, q in [0, 3], sc_j and m_j 4-bit: the int32 sum of sc_j ip_j and the
-// float sum of m_j s16_j (integers below 2^24: exact), then (d sum + (-dmin) msum) a; per sub-block 4 k-quads of 16
-// bytes (int3's low bit pairs), then the 16 rows' sc_j, then their m_j; mn holds -dmin per 256.
+// int2 (Bits 2, Q2_K): w = d sc_j q - dmin m_j, q in [0, 3], sc_j and m_j 4-bit: the int32 sums of sc_j ip_j and of
+// m_j s16_j, then (d sum + (-dmin) mins) a; per sub-block 4 k-quads of 16 bytes (int3's low bit pairs), then the 16
+// rows' sc_j, then their m_j; mn holds -dmin per 256. The offsets (minimums) go in pairs (add_offset_pairs) from 4
+// rows where the vector layer dots int16 pairs in one instruction (kPairDot), else per sub-block (the pairs' widening
+// costs more than it saves): the same integers either way.
 template <int MT, int Bits, typename T>
 void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
                    const QuantizedX& xq, int64_t m0, T* y) {
   constexpr int64_t kSub = sub_block_bytes(Bits), kScalesAt = 4 * sub_quad_bytes(Bits);
-  constexpr int64_t kOffset = Bits == 6 ? 32 : Bits == 3 ? 4 : 0;
+  constexpr int32_t kOffset = Bits == 6 ? 32 : Bits == 3 ? 4 : 0;
+  constexpr bool kPairs = kPairDot && MT >= 4;
   const int64_t k = xq.k, nb = xq.nb;
   const uint8_t* wt = codes + tile * (k / 16) * kSub;
   const at::Half* dt = d + tile * (k / 256) * 16;
@@ -174,37 +204,31 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
   for (int64_t b = 0; b < nb; ++b) {
     for (int line = 0; line < 4 * kSub / 64; ++line) prefetch(wt + (4 * b + 8) * kSub + 64 * line);
     I16 sum[MT];
-    F16 msum[MT];  // int2's minimums
+    F16 mins[MT];  // int2's sum of m_j s16_j (exact in float32: below 2^24)
     for (int i = 0; i < MT; ++i) sum[i] = izero();
-    for (int i = 0; i < MT; ++i) msum[i] = fzero();
+    for (int i = 0; i < MT; ++i) mins[i] = fzero();
+    if constexpr (kPairs) add_offset_pairs<MT, Bits>(wt + 4 * b * kSub, xq, m0, b, sum, mins);
     for (int j = 0; j < 4; ++j) {
       const uint8_t* sub = wt + (4 * b + j) * kSub;
-      const int32_t* s16 = xq.s16 + (m0 * nb + b) * 4 + j;  // row i's at s16[i nb 4]
+      const int16_t* s16 = xq.s16 + (m0 * nb + b) * 4 + j;  // row i's at s16[i nb 4]
       I16 ip[MT];
-      if constexpr (Bits == 6) {
-        dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      } else if constexpr (Bits == 3) {
-        dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      } else {
-        dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      }
+      if constexpr (Bits == 6) dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+      if constexpr (Bits == 3) dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+      if constexpr (Bits == 2) dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt));
       for (int i = 0; i < MT; ++i) {
-        if constexpr (Bits == 2) {
-          sum[i] = imadd(ip[i], sc, sum[i]);
-        } else {
-          sum[i] = imadd(isub_scalar(ip[i], kOffset * s16[i * nb * 4]), sc, sum[i]);
-        }
+        const I16 off = kPairs || Bits == 2 ? ip[i] : isub_scalar(ip[i], kOffset * s16[i * nb * 4]);
+        sum[i] = imadd(off, sc, sum[i]);
       }
-      if constexpr (Bits == 2) {
+      if constexpr (!kPairs && Bits == 2) {
         const F16 mj = to_float(widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt + 16)));
-        for (int i = 0; i < MT; ++i) msum[i] = fmadd(mj, fset1(static_cast<float>(s16[i * nb * 4])), msum[i]);
+        for (int i = 0; i < MT; ++i) mins[i] = fmadd(mj, fset1(static_cast<float>(s16[i * nb * 4])), mins[i]);
       }
     }
     const F16 db = fload(dt + (b / 4) * 16);
     for (int i = 0; i < MT; ++i) {
       F16 v = mul(to_float(sum[i]), db);
-      if constexpr (Bits == 2) v = fmadd(msum[i], fload(mn + tile * (k / 256) * 16 + (b / 4) * 16), v);
+      if constexpr (Bits == 2) v = fmadd(mins[i], fload(mn + tile * (k / 256) * 16 + (b / 4) * 16), v);
       acc[i] = fmadd(v, fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
     }
   }

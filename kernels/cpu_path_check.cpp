@@ -127,7 +127,8 @@ void check_matmuls(int64_t m, const char* dtype) {
   auto run = [&](auto quantize, auto int4, auto int5, auto int6, auto int8, auto int3, auto iq4, auto int2,
                  std::vector<int8_t>& xq_q, std::vector<std::vector<T>>& y) {
     std::vector<float> a(m * nb), t(m * nb * 2);
-    std::vector<int32_t> s(m * nb * 2), s16(m * nb * 4);
+    std::vector<int32_t> s(m * nb * 2);
+    std::vector<int16_t> s16(m * nb * 4);
     xq_q.assign(m * k, 0);
     const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb};
     quantize(x.data(), 0, m, 0, nb, xq);
@@ -223,9 +224,34 @@ void check_norm_act_rope(const char* dtype) {
   for (int i = 0; i < 6; ++i) expect_same((std::string(names[i]) + " " + dtype).c_str(), p[i], o[i]);
 }
 
+// the int16 pair ops the matmuls' pair form uses (widen_pairs, idot_pairs), at their extremes and at random, though
+// the path may not choose that form itself (kPairDot)
+void check_pair_ops() {
+  auto lanes = [](auto op) {
+    std::vector<int32_t> out(16);
+    for (int i = 0; i < 16; ++i) std::memcpy(&out[i], reinterpret_cast<const char*>(&op) + 4 * i, 4);
+    return out;
+  };
+  for (int round = 0; round < 8; ++round) {
+    int8_t a[16], b[16];
+    for (int i = 0; i < 16; ++i) {
+      a[i] = round == 0 ? -128 : static_cast<int8_t>(next_u32());
+      b[i] = round == 0 ? 127 : static_cast<int8_t>(next_u32());
+    }
+    const int16_t c = round == 0 ? -32 : static_cast<int16_t>(static_cast<int>(next_u32() % 65) - 32);
+    const int32_t x = round == 0 ? static_cast<int32_t>(0xF810'07F0u) : static_cast<int32_t>(next_u32() & 0x0FFF'0FFF);
+    namespace po = radixlm_portable;
+    namespace pa = radixlm_path;
+    const std::vector<int32_t> want = lanes(po::idot_pairs(po::widen_pairs(a, b, c), x, po::izero()));
+    const std::vector<int32_t> got = lanes(pa::idot_pairs(pa::widen_pairs(a, b, c), x, pa::izero()));
+    expect_same(("int16 pair ops, round " + std::to_string(round)).c_str(), want, got);
+  }
+}
+
 }  // namespace
 
 int main() {
+  check_pair_ops();
   for (int64_t m : {1, 2, 3, 5, 8}) {
     check_matmuls<float>(m, "float32");
     check_matmuls<at::BFloat16>(m, "bfloat16");

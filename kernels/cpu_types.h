@@ -29,19 +29,19 @@ constexpr Iq4Biased iq4_biased() {
 inline constexpr Iq4Biased kIq4Biased = iq4_biased();
 
 // x quantized per 64-block for the quantized matmuls: q [M, K] int8, a [M, K / 64] (the block's scale), s (int32)
-// and t = a * s (float) [M, K / 32] per group of 32, s16 (int32) [M, K / 16] per 16 (the sub-block forms'). A view
-// of memory its owner keeps.
+// and t = a * s (float) [M, K / 32] per group of 32, s16 (int16, |s16| <= 2,032) [M, K / 16] per 16 (the sub-block
+// forms'; two neighbours read as one int32 are an int16 pair for idot_pairs). A view of memory its owner keeps.
 struct QuantizedX {
   int8_t* q;
   float* a;
   float* t;
   int32_t* s;
-  int32_t* s16;
+  int16_t* s16;
   int64_t k, nb;
 
   // bytes of the buffers for m rows of k columns (each 64-byte aligned), and a view of them at base
   static int64_t bytes(int64_t m, int64_t k) {
-    return aligned(m * k) + aligned(m * k / 64 * 4) + 2 * aligned(m * k / 32 * 4) + aligned(m * k / 16 * 4);
+    return aligned(m * k) + aligned(m * k / 64 * 4) + 2 * aligned(m * k / 32 * 4) + aligned(m * k / 16 * 2);
   }
   static QuantizedX at(void* base, int64_t m, int64_t k) {
     char* p = static_cast<char*>(base);
@@ -49,7 +49,7 @@ struct QuantizedX {
     float* a = reinterpret_cast<float*>(p += aligned(m * k));
     float* t = reinterpret_cast<float*>(p += aligned(m * k / 64 * 4));
     int32_t* s = reinterpret_cast<int32_t*>(p += aligned(m * k / 32 * 4));
-    int32_t* s16 = reinterpret_cast<int32_t*>(p + aligned(m * k / 32 * 4));
+    int16_t* s16 = reinterpret_cast<int16_t*>(p + aligned(m * k / 32 * 4));
     return {q, a, t, s, s16, k, k / 64};
   }
   static int64_t aligned(int64_t n) { return (n + 63) / 64 * 64; }

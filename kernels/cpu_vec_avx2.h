@@ -10,6 +10,11 @@ constexpr int kIsa = 5;
 constexpr int kIsa = 1;
 #endif
 constexpr int kMaxRows = 4;  // rows of x a matmul tile keeps in registers (16 ymm registers)
+#ifdef RADIXLM_DPWSSD256
+constexpr bool kPairDot = true;  // idot_pairs is one instruction (vpdpwssd) a half
+#else
+constexpr bool kPairDot = false;
+#endif
 constexpr int kValueRows = 3, kValueChunks = 2;  // attention: rows x 16-dim chunks of V accumulated at once
 
 struct F16 { __m256 lo, hi; };
@@ -266,6 +271,23 @@ inline I16 widen_int8(const int8_t* p) {
 }
 inline I16 imadd(I16 a, I16 b, I16 c) {  // a b + c
   return {_mm256_add_epi32(_mm256_mullo_epi32(a.lo, b.lo), c.lo), _mm256_add_epi32(_mm256_mullo_epi32(a.hi, b.hi), c.hi)};
+}
+// lane l: the int16 pair (c a[l], c b[l]) (c a, c b within int16)
+inline I16 widen_pairs(const int8_t* a, const int8_t* b, int16_t c) {
+  const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  const __m256i vc = _mm256_set1_epi16(c);
+  return {_mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb)), vc),
+          _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb)), vc)};
+}
+// acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)
+inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
+  const __m256i xv = _mm256_set1_epi32(x);
+#ifdef RADIXLM_DPWSSD256
+  return {RADIXLM_DPWSSD256(acc.lo, w.lo, xv), RADIXLM_DPWSSD256(acc.hi, w.hi, xv)};
+#else
+  return {_mm256_add_epi32(acc.lo, _mm256_madd_epi16(w.lo, xv)), _mm256_add_epi32(acc.hi, _mm256_madd_epi16(w.hi, xv))};
+#endif
 }
 // The int8-valued weights, int8 (a k-quad's 64 bytes: rows 0-7, then 8-15) and IQ4 (int4 codes looked up in
 // IQ4_NL's values); a decoder gives a k-quad's 64 values as int4_quad gives codes.

@@ -5,6 +5,7 @@
 
 constexpr int kIsa = 2;
 constexpr int kMaxRows = 8;  // rows of x a matmul tile keeps in registers (32 zmm registers)
+constexpr bool kPairDot = true;  // idot_pairs is one instruction (vpdpwssd)
 constexpr int kValueRows = 4, kValueChunks = 4;  // attention: rows x 16-dim chunks of V accumulated at once
 
 struct F16 { __m512 v; };   // 16 float32 lanes
@@ -181,6 +182,15 @@ inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_strid
 }
 inline I16 widen_int8(const int8_t* p) { return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
 inline I16 imadd(I16 a, I16 b, I16 c) { return {_mm512_add_epi32(_mm512_mullo_epi32(a.v, b.v), c.v)}; }  // a b + c
+// lane l: the int16 pair (c a[l], c b[l]) (c a, c b within int16)
+inline I16 widen_pairs(const int8_t* a, const int8_t* b, int16_t c) {
+  const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(va, vb)), _mm_unpackhi_epi8(va, vb), 1);
+  return {_mm512_mullo_epi16(_mm512_cvtepi8_epi16(ab), _mm512_set1_epi16(c))};
+}
+// acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)
+inline I16 idot_pairs(I16 w, int32_t x, I16 acc) { return {_mm512_dpwssd_epi32(acc.v, w.v, _mm512_set1_epi32(x))}; }
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of (w[j][k] + kInt8Bias) x_i[k]: VNNI
 // multiplies unsigned by signed bytes, so w is biased by 128; the kernel subtracts kInt8Bias sum(x) per group
 constexpr int32_t kInt8Bias = 128;

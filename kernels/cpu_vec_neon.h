@@ -9,6 +9,7 @@
 
 constexpr int kIsa = 4;
 constexpr int kMaxRows = 4;  // rows of x a matmul tile keeps in registers (32 q registers, 4 per F16)
+constexpr bool kPairDot = false;  // idot_pairs takes 4 operations a quarter: the matmuls skip the pair form
 constexpr int kValueRows = 2, kValueChunks = 2;  // attention: rows x 16-dim chunks of V accumulated at once
 
 struct F16 { float32x4_t q[4]; };
@@ -247,6 +248,24 @@ inline I16 widen_int8(const int8_t* p) {
 inline I16 imadd(I16 a, I16 b, I16 c) {  // a b + c
   return {vmlaq_s32(c.q[0], a.q[0], b.q[0]), vmlaq_s32(c.q[1], a.q[1], b.q[1]), vmlaq_s32(c.q[2], a.q[2], b.q[2]),
           vmlaq_s32(c.q[3], a.q[3], b.q[3])};
+}
+// lane l: the int16 pair (c a[l], c b[l]) (c a, c b within int16)
+inline I16 widen_pairs(const int8_t* a, const int8_t* b, int16_t c) {
+  const int8x16_t va = vld1q_s8(a), vb = vld1q_s8(b);
+  const int8x16_t ab0 = vzip1q_s8(va, vb), ab1 = vzip2q_s8(va, vb);  // a0 b0 .. a7 b7, a8 b8 .. a15 b15
+  const int16x8_t p[4] = {vmulq_n_s16(vmovl_s8(vget_low_s8(ab0)), c), vmulq_n_s16(vmovl_high_s8(ab0), c),
+                          vmulq_n_s16(vmovl_s8(vget_low_s8(ab1)), c), vmulq_n_s16(vmovl_high_s8(ab1), c)};
+  return {vreinterpretq_s32_s16(p[0]), vreinterpretq_s32_s16(p[1]), vreinterpretq_s32_s16(p[2]), vreinterpretq_s32_s16(p[3])};
+}
+// acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)
+inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
+  const int16x8_t xv = vreinterpretq_s16_s32(vdupq_n_s32(x));
+  for (int r = 0; r < 4; ++r) {
+    const int16x8_t wv = vreinterpretq_s16_s32(w.q[r]);
+    const int32x4_t lo = vmull_s16(vget_low_s16(wv), vget_low_s16(xv)), hi = vmull_high_s16(wv, xv);
+    acc.q[r] = vaddq_s32(acc.q[r], vpaddq_s32(lo, hi));  // products of lanes' halves, summed pairwise
+  }
+  return acc;
 }
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;

@@ -6,6 +6,7 @@
 
 constexpr int kIsa = 0;
 constexpr int kMaxRows = 4;
+constexpr bool kPairDot = true;  // the reference takes the pair form too, so the paths without it check it
 constexpr int kValueRows = 2, kValueChunks = 4;  // attention: rows x 16-dim chunks of V accumulated at once
 
 struct F16 { float v[16]; };
@@ -184,6 +185,22 @@ inline I16 widen_int8(const int8_t* p) {
 inline I16 imadd(I16 a, I16 b, I16 c) {  // a b + c
   for (int i = 0; i < 16; ++i) c.v[i] += a.v[i] * b.v[i];
   return c;
+}
+// lane l: the int16 pair (c a[l], c b[l]) (c a, c b within int16): c a[l] in bits 0-15, c b[l] in 16-31
+inline I16 widen_pairs(const int8_t* a, const int8_t* b, int16_t c) {
+  I16 r;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t lo = static_cast<uint16_t>(c * a[i]), hi = static_cast<uint16_t>(c * b[i]);
+    r.v[i] = static_cast<int32_t>(lo | hi << 16);
+  }
+  return r;
+}
+// acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)
+inline int32_t low16(int32_t v) { return static_cast<int16_t>(v & 0xFFFF); }
+inline int32_t high16(int32_t v) { return static_cast<int16_t>(static_cast<uint32_t>(v) >> 16); }
+inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
+  for (int i = 0; i < 16; ++i) acc.v[i] += low16(w.v[i]) * low16(x) + high16(w.v[i]) * high16(x);
+  return acc;
 }
 // ip[i]_j = sum over one group of 32 k (8 k-quads of 16 rows x 4 int8) of w[j][k] x_i[k], exact
 constexpr int32_t kInt8Bias = 0;
