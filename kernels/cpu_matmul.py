@@ -231,21 +231,36 @@ def dequantize_subblocks(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor 
 
 
 
-def int6_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Rows ``ids`` [T] of an int6 weight -> float32 [T, K] (an embedding lookup): row r of a tile is lane 4 (r % 16)
-    + k % 4 of each k-quad, its nibble in byte 4 (r % 8) + k % 4 (high nibble for r >= 8), its high bits in byte
-    32 + lane % 16 at bit 2 (r // 4)."""
+def subblock_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor, mn: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows ``ids`` [T] of an int6, int3 or int2 weight -> float32 [T, K] as dequantize_subblocks gives them (an
+    embedding lookup, read from the rows' own codes): row r of a tile is lanes l = 4 r + k % 4 of each k-quad. Its
+    two bits of the pair plane are at bits 2 (r // 4) of byte l % 16 (int6: its high bits, after the 32 bytes of
+    nibbles, r's in byte 4 (r % 8) + k % 4, the high nibble for r >= 8); int3's third bit is bit l % 8 of byte
+    16 + l // 8; then the sub-block's 16 scales (int2: and 16 minimums)."""
+    bits = SUB_BYTES[codes.shape[2]]
     tile, r = ids // 16, ids % 16
     t, subs = ids.shape[0], codes.shape[1]
-    quads = codes[tile, :, :192].view(t, subs * 4, 48)  # [T, K / 4, 48]
-    kk = torch.arange(4)
-    nib = quads.gather(2, (4 * (r % 8))[:, None, None] + kk.expand(t, subs * 4, 4))
-    nib = (nib >> (4 * (r >= 8)).to(torch.uint8)[:, None, None]) & 15
-    hi = quads.gather(2, (32 + ((4 * r)[:, None, None] + kk) % 16).expand(t, subs * 4, 4))
-    hi = (hi >> (2 * (r // 4)).to(torch.uint8)[:, None, None]) & 3
-    q = (nib | (hi << 4)).view(t, subs, SUB).float() - 32
-    sc = codes[tile, :, 192:].contiguous().view(torch.int8)[torch.arange(t), :, r].float()  # [T, K / 16]
-    w = (q * sc[..., None]).view(t, -1, SUPER) * d[tile, :, r].float()[..., None]
+    quads = codes[tile, :, :4 * SUB_QUAD[bits]].reshape(t, subs * 4, SUB_QUAD[bits])  # [T, K / 4, bytes]
+    lane = (4 * r)[:, None, None] + torch.arange(4)  # [T, 1, 4]
+
+    def gather(at: torch.Tensor) -> torch.Tensor:  # byte `at` [T, 1, 4] of every k-quad -> [T, K / 4, 4]
+        return quads.gather(2, at.expand(t, subs * 4, 4))
+
+    pairs = (gather(lane % 16 + (32 if bits == 6 else 0)) >> (2 * (r // 4)).to(torch.uint8)[:, None, None]) & 3
+    if bits == 6:
+        nibbles = gather((4 * (r % 8))[:, None, None] + torch.arange(4)) >> (4 * (r >= 8)).to(torch.uint8)[:, None, None]
+        q = (nibbles & 15) | (pairs << 4)
+    elif bits == 3:
+        q = pairs | (((gather(16 + lane // 8) >> (lane % 8).to(torch.uint8)) & 1) << 2)
+    else:
+        q = pairs
+    scales = codes[tile, :, 4 * SUB_QUAD[bits]:].contiguous().view(torch.int8)  # [T, K / 16, 16 J]
+    rows = torch.arange(t)
+    w = (q.view(t, subs, SUB).float() - SUB_OFFSET[bits]) * scales[rows, :, r].float()[..., None]
+    w = w.view(t, -1, SUPER) * d[tile, :, r].float()[..., None]
+    if bits == 2:  # + (-dmin) m per 16
+        m = scales[rows, :, 16 + r].float().view(t, -1, SUPER // SUB)
+        w = w.view(t, -1, SUPER // SUB, SUB) + (mn[tile, :, r].float()[..., None] * m)[..., None]
     return w.view(t, -1)
 
 

@@ -51,9 +51,8 @@ def test_packing_round_trips(bits):
         mins = weight[4].half().float().repeat_interleave(16, 1) * weight[2].float()
         want = want.view(48, 32, 16) - mins[..., None]
     assert torch.equal(w, want.view(48, 512))
-    if bits == 6:
-        ids = torch.tensor([0, 5, 8, 13, 16, 47, 31])
-        assert torch.equal(ck.int6_rows(codes, dp, ids), w[ids])
+    ids = torch.tensor([0, 5, 8, 13, 16, 47, 31, 5])
+    assert torch.equal(ck.subblock_rows(codes, dp, ids, packed[2] if bits == 2 else None), w[ids])
     with pytest.raises(ValueError, match="divisible by 256"):
         pack(*(t[:, :t.shape[1] // 4] for t in weight))
 

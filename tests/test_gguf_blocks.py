@@ -250,18 +250,20 @@ def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
-def test_a_q6_k_embedding_stays_int6_for_lookup_and_lm_head(tmp_path):
-    """Q4_K_M files keep the (tied) embedding in Q6_K: mixed keeps it so, the lookup reads its rows exactly and the
-    LM head runs the int6 kernel; the answers match the same file run layer by layer and its float32 weights."""
-    path = str(tmp_path / "q6_embedding.gguf")
-    write_mixed_file(path, embedding="Q6_K")
+@pytest.mark.parametrize(("qtype", "kind"), [("Q6_K", "int6"), ("Q3_K", "int3"), ("Q2_K", "int2")])
+def test_a_sub_block_embedding_keeps_its_width_for_lookup_and_lm_head(tmp_path, qtype, kind):
+    """Q4_K_M files keep the (tied) embedding in Q6_K, a Q2_K or Q3_K file may hold it in its own type: mixed keeps
+    it so, the lookup reads its rows exactly and the LM head runs that width's kernel; the answers match the same
+    file's float32 weights."""
+    path = str(tmp_path / "sub_block_embedding.gguf")
+    write_mixed_file(path, embedding=qtype)
     files = GGUFModel(path)
     mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
                               quantization="mixed", max_total_tokens=1024)
     table = mixed.model.embed_tokens
-    assert table.quant.kind == "int6" and table.weight is None
-    want_rows = QuantBlocks.from_gguf(files.header.data(files.header.tensors[0]), "Q6_K", [320, 256]).dequantize()
-    ids = torch.tensor([0, 17, 319, 160])
+    assert table.quant.kind == kind and table.weight is None
+    want_rows = QuantBlocks.from_gguf(files.header.data(files.header.tensors[0]), qtype, [320, 256]).dequantize()
+    ids = torch.tensor([0, 17, 319, 160, 17])
     assert torch.equal(table(ids), want_rows[ids])
     dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
                               max_total_tokens=1024)

@@ -240,11 +240,11 @@ class QuantWeight:
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup; not int5, which
         embedding tables never take)."""
-        if self.kind in ("int5", "int3", "int2") or self.tail is not None:
-            raise ValueError(f"{self.kind} rows, or a weight's with a tail: an embedding table is int4, int6, int8 or "
-                             "dense")
-        if self.kind == "int6":
-            return native.int6_rows(self.data, self.scales, ids).to(self.act_dtype)
+        if self.kind == "int5" or self.tail is not None:
+            raise ValueError(f"{self.kind} rows, or a weight's with a tail: an embedding table is int2, int3, int4, "
+                             "int6, int8 or dense")
+        if self.kind in ("int6", "int3", "int2"):
+            return native.subblock_rows(self.data, self.scales, ids, self.mins).to(self.act_dtype)
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
             return self.data[ids // 16, :, ids % 16]
         if self.kind == "int4":
