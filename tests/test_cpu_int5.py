@@ -29,6 +29,11 @@ def test_int5_packing_round_trips():
     w = ck.dequantize_int5(codes, dp, mp)
     assert torch.equal(w, (q.float().view(48, 4, 32) * d.half().float()[..., None] +
                            mn.half().float()[..., None]).view(48, 128))
+    from radixlm.runtime.model.quantization import QuantWeight
+
+    table = QuantWeight("int5", codes, dp, 48, 128, 1, torch.float32, "native", mp, 0)  # an embedding's rows
+    ids = torch.tensor([0, 9, 31, 16, 47, 9])
+    assert torch.equal(table.rows(ids), w[ids])
 
 
 @built
@@ -89,11 +94,11 @@ def test_k_quant_layout_round_trips_and_reads_rows(bits):
     want = (q.float().view(32, 16, 32) * dg[..., None] + mg[..., None]).view(32, 512)
     got = (ck.dequantize_int4 if bits == 4 else ck.dequantize_int5)(codes, dp, mp)
     assert torch.equal(got, want)
-    if bits == 4:
-        from radixlm.runtime.model.quantization import QuantWeight
-        w = QuantWeight("int4", codes, dp, 32, 512, 1, torch.float32, "native", mp, 0)
-        ids = torch.tensor([0, 9, 31, 16])
-        assert torch.equal(w.rows(ids), want[ids])
+    from radixlm.runtime.model.quantization import QuantWeight
+
+    w = QuantWeight(f"int{bits}", codes, dp, 32, 512, 1, torch.float32, "native", mp, 0)
+    ids = torch.tensor([0, 9, 31, 16])
+    assert torch.equal(w.rows(ids), want[ids])
 
 
 @built

@@ -192,7 +192,7 @@ def write_mixed_file(path: str, embedding: str = "Q8_0", base: str = "Q4_K") -> 
                        (w.add_layer_norm_rms_eps, 1e-5), (w.add_vocab_size, vocab)]:
         add(value)
     emb = torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(4)).numpy() * 0.05
-    table = gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0) if embedding == "Q8_0" else \
+    table = gguf.quants.quantize(emb, gguf.GGMLQuantizationType[embedding]) if embedding in ("Q8_0", "Q5_0") else \
         random_blocks(embedding, vocab, hidden, 99, 1e-4)  # gguf cannot quantize to K-quants itself
     w.add_tensor("token_embd.weight", table, raw_dtype=gguf.GGMLQuantizationType[embedding])
     w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
@@ -250,11 +250,12 @@ def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
-@pytest.mark.parametrize(("qtype", "kind"), [("Q6_K", "int6"), ("Q3_K", "int3"), ("Q2_K", "int2")])
-def test_a_sub_block_embedding_keeps_its_width_for_lookup_and_lm_head(tmp_path, qtype, kind):
-    """Q4_K_M files keep the (tied) embedding in Q6_K, a Q2_K or Q3_K file may hold it in its own type: mixed keeps
-    it so, the lookup reads its rows exactly and the LM head runs that width's kernel; the answers match the same
-    file's float32 weights."""
+@pytest.mark.parametrize(("qtype", "kind"), [("Q6_K", "int6"), ("Q3_K", "int3"), ("Q2_K", "int2"), ("Q5_K", "int5"),
+                                             ("Q5_0", "int5")])
+def test_an_embedding_keeps_its_width_for_lookup_and_lm_head(tmp_path, qtype, kind):
+    """Q4_K_M files keep the (tied) embedding in Q6_K, a Q2_K, Q3_K or 5-bit file may hold it in its own type: mixed
+    keeps it so, the lookup reads its rows exactly and the LM head runs that width's kernel; the answers match the
+    same file's float32 weights."""
     path = str(tmp_path / "sub_block_embedding.gguf")
     write_mixed_file(path, embedding=qtype)
     files = GGUFModel(path)

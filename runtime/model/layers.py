@@ -250,12 +250,12 @@ class VocabParallelEmbedding(QuantizableLinear):
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """int8 rows, the precision GGUF files usually keep this table in (Q8_0): an int4 LM head made from
         SmolLM2's raised its mean NLL by 1.5% (int4 layers: no measurable change). A file that holds the table
-        in 4 bits keeps it so with int4 (or mixed), one in Q6_K (as Q4_K_M files do), Q3_K or Q2_K keeps it as
-        int6, int3 or int2 with mixed on radixlm's kernels. The lookup reads whole rows times their scale."""
+        in 4 bits keeps it so with int4 (or mixed), one in 5 bits, Q6_K (as Q4_K_M files do), Q3_K or Q2_K keeps it
+        as int5, int6, int3 or int2 with mixed on radixlm's kernels. The lookup reads whole rows times their scale."""
         widths = {b.bits for b in self.blocks.values()} if self.blocks else set()
         if kind in ("int4", "mixed") and widths == {4}:
             kind = "int4"
-        elif not (kind == "mixed" and widths in ({6}, {3}, {2}) and isa is not None):
+        elif not (kind == "mixed" and widths in ({2}, {3}, {5}, {6}) and isa is not None):
             kind = "int8"
         super().quantize(kind, keep_dense, isa)
 

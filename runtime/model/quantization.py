@@ -238,17 +238,15 @@ class QuantWeight:
         return w_t.float().t()[: self.out_features].contiguous()
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup; not int5, which
-        embedding tables never take)."""
-        if self.kind == "int5" or self.tail is not None:
-            raise ValueError(f"{self.kind} rows, or a weight's with a tail: an embedding table is int2, int3, int4, "
-                             "int6, int8 or dense")
+        """Rows ``ids`` [T] of w -> [T, K] in the activation dtype (an embedding lookup), as dequantize gives them."""
+        if self.tail is not None:
+            raise ValueError("rows of a weight with a tail: an embedding table is one block")
         if self.kind in ("int6", "int3", "int2"):
             return native.subblock_rows(self.data, self.scales, ids, self.mins).to(self.act_dtype)
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
             return self.data[ids // 16, :, ids % 16]
-        if self.kind == "int4":
-            return self._int4_rows(ids)
+        if self.kind in ("int4", "int5"):
+            return self._nibble_rows(ids)
         if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad and of d
             tiles = self.data.view(self.data.shape[0], -1, 16, 4)
             q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], -1, GROUP).float()
@@ -256,16 +254,23 @@ class QuantWeight:
             return (q * d[..., None]).view(ids.shape[0], self.in_features).to(self.act_dtype)
         return self.data[ids].to(self.act_dtype) * self.scales[ids].unsqueeze(-1).to(self.act_dtype)
 
-    def _int4_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Native int4 rows: a row's codes are one nibble of every k-quad's bytes of its tile (in the K-quant layout,
-        each group's 256 code bytes are followed by the tile's 16 scales and 16 minimums)."""
+    def _nibble_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Native int4 / int5 rows: a row's codes are one nibble of every k-quad's bytes of its tile; int5's fifth bit
+        of lane l = 4 (row % 16) + k % 4 is bit l % 8 of the k-quad's byte 32 + l // 8. In the K-quant layout each
+        group's code bytes are followed by the tile's 16 scales and 16 minimums."""
         if self.backend != "native":
-            raise ValueError("int4 rows: only the native layout")
+            raise ValueError(f"{self.kind} rows: only the native layout")
         tile, lane, t = ids // 16, ids % 16, torch.arange(ids.shape[0])
-        groups = self.data[tile].view(ids.shape[0], self.in_features // GROUP, -1)  # [T, K / 32, 256 or 288]
-        quads = groups[:, :, :256].reshape(ids.shape[0], -1, 8, 4)  # [T, K / 4, 8, 4]: byte 4 (lane % 8) + k % 4
-        nib = quads[t, :, lane % 8]  # [T, K / 4, 4]
-        q = torch.where((lane >= 8)[:, None, None], nib >> 4, nib & 15).reshape(ids.shape[0], self.in_features)
+        code_bytes = 320 if self.kind == "int5" else 256  # a group's 8 k-quads
+        groups = self.data[tile].view(ids.shape[0], self.in_features // GROUP, -1)  # [T, K / 32, bytes]
+        quads = groups[:, :, :code_bytes].reshape(ids.shape[0], self.in_features // 4, -1)  # [T, K / 4, 32 or 40]
+        nib = quads[:, :, :32].reshape(ids.shape[0], -1, 8, 4)[t, :, lane % 8]  # byte 4 (lane % 8) + k % 4
+        q = torch.where((lane >= 8)[:, None, None], nib >> 4, nib & 15)  # [T, K / 4, 4]
+        if self.kind == "int5":
+            bit = (4 * lane)[:, None, None] + torch.arange(4)  # [T, 1, 4]
+            plane = quads[:, :, 32:].gather(2, (bit // 8).expand(-1, quads.shape[1], -1))
+            q = q | (((plane >> (bit % 8).to(torch.uint8)) & 1) << 4)
+        q = q.reshape(ids.shape[0], self.in_features)
         d = self.scales[tile, :, lane].float()  # [T, K / 32], or [T, K / 256] with the K-quant or IQ4_XS layout
         if self.data.shape[2] in native.IQ4_GROUP_BYTES:  # w = d IQ4_VALUES[q], IQ4_XS: d sc per group
             if native.IQ4_GROUP_BYTES[self.data.shape[2]]:
@@ -273,9 +278,9 @@ class QuantWeight:
             w = native.IQ4_VALUES[q.long()].float().view(ids.shape[0], -1, GROUP) * d[..., None]
             return w.view(ids.shape[0], self.in_features).to(self.act_dtype)
         mn = self.mins[tile, :, lane].float() if self.mins is not None else -8 * d
-        if groups.shape[2] == native.KFORM_BYTES[4]:
-            d = d.repeat_interleave(8, 1) * groups[t, :, 256 + lane].float()  # 8 groups of 32 a super-block
-            mn = mn.repeat_interleave(8, 1) * groups[t, :, 272 + lane].float()
+        if groups.shape[2] == code_bytes + 32:  # the K-quant layout: d sc, -dmin m per group of 32
+            d = d.repeat_interleave(8, 1) * groups[t, :, code_bytes + lane].float()  # 8 groups a super-block
+            mn = mn.repeat_interleave(8, 1) * groups[t, :, code_bytes + 16 + lane].float()
         w = q.float().view(ids.shape[0], -1, GROUP) * d[..., None] + mn[..., None]
         return w.view(ids.shape[0], self.in_features).to(self.act_dtype)
 
