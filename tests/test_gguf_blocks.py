@@ -22,7 +22,8 @@ from .test_cpu_kernels import assert_close_to_reference
 
 # where a block's float16 super-scales sit (byte offsets), so random blocks decode to weights of ~0.02
 SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82), "IQ4_NL": (0,),
-            "IQ4_XS": (0,)}
+            "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,), "IQ2_S": (0,), "IQ1_S": (0,),
+            "TQ2_0": (64,), "TQ1_0": (52,)}
 
 
 def random_blocks(qtype: str, n: int, k: int, seed: int = 0, scale: float = 1e-3) -> np.ndarray:
@@ -145,6 +146,39 @@ def test_iq4_loads_exactly_as_int4_codes_into_its_values(qtype):
     assert [b.form for b in QuantBlocks.stack_runs([four, blocks])] == ["int4", blocks.form]
     with pytest.raises(ValueError, match="IQ4 blocks have no minimums"):
         blocks.minimums()
+
+
+@pytest.mark.parametrize("qtype", ["IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ2_S", "IQ1_S", "TQ2_0", "TQ1_0"])
+def test_types_without_a_kernel_widen_to_int8_within_half_a_step(qtype):
+    """The IQ types below IQ4 and the ternary ones go to int8 per group of 32: each weight within half an int8 step
+    of gguf's dequantization (plus the float16 scale's rounding), the step being its group's largest |w| / 127."""
+    raw = random_blocks(qtype, 32, 512, seed=7, scale=0.05)  # steps of float16's normal range, as real weights'
+    want = reference(raw, qtype, 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, qtype, [32, 512])
+    assert blocks.bits == 8 and blocks.q.dtype == torch.int8
+    step = want.view(32, 16, 32).abs().amax(dim=2, keepdim=True) / 127
+    err = (blocks.dequantize() - want).view(32, 16, 32).abs()
+    assert bool((err <= 0.51 * step + 1e-9).all()), float((err / step.clamp(min=1e-12)).max())
+    assert float(want.abs().max()) > 0
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_a_file_of_iq3_layers_serves_through_int8(tmp_path):
+    """A file whose layers are IQ3_S (as llama-quantize's IQ3_S and IQ3_M mixes write them) loads instead of being
+    refused: auto says which types widened, those layers run int8, the others at their own width, and the answers
+    track the file's float32 weights."""
+    path = str(tmp_path / "iq3.gguf")
+    write_mixed_file(path, base="IQ3_S")
+    files = GGUFModel(path)
+    kind, why = resolve_quantization("auto", files, torch.device("cpu"))
+    assert kind == "mixed" and "IQ3_S widened to int8" in why
+    mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
+                              quantization=kind, max_total_tokens=1024)
+    assert sorted(mixed.model.layers[1].self_attn.qkv_proj.quant.kinds) == ["int5", "int8"]
+    dense = Engine.from_model(load_model(files, torch.float32, progress=False), None, quantization="none",
+                              max_total_tokens=1024)
+    got, want = prompt_logprobs(mixed), prompt_logprobs(dense)
+    assert (got - want).abs().mean() < 0.03, (got - want).abs()
 
 
 def test_a_stack_of_widths_takes_the_widest_unless_told():

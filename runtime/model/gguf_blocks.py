@@ -28,7 +28,11 @@ THREE_BIT = frozenset({"Q3_K"})  # ... as int3
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS"})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K"})  # ... as int6
-EIGHT_BIT = frozenset({"Q8_0", "Q8_K"})  # ... as int8
+# The IQ types below IQ4 and the ternary ones have no kernel of their own: their values (a few grid points times a
+# scale per 32 or 256) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8, at 8.5 bits a
+# weight where the file holds 1.6 to 3.4
+WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"})
+EIGHT_BIT = frozenset({"Q8_0", "Q8_K"}) | WIDENED  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
 # bytes per block of 32: (d, 16 code bytes), (d, m, 16), (d, 32 fifth bits, 16), (d, m, 32 fifth bits, 16), (d, 32)

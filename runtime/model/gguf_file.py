@@ -18,8 +18,7 @@ from radixlm.runtime.model.tokenizer_files import light_tokenizer, load_tokenize
 # GGUF architecture -> HF architecture, and whether llama.cpp permuted Q/K rows for its rotary layout.
 _ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM", True),
            "qwen2": ("Qwen2ForCausalLM", False)}
-_DEQUANTIZABLE = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
-                  "Q5_K", "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS"}
+_DEQUANTIZABLE = {"F32", "F16", "BF16", *WIDTHS}
 LAYER_WEIGHT = re.compile(r"blk\.\d+\.(attn_(q|k|v|output)|ffn_(gate|up|down))\.weight")  # the linear layers
 BLOCK_WEIGHT = re.compile(LAYER_WEIGHT.pattern + r"|token_embd\.weight|output\.weight")  # ... and the head
 _NAMES = [

@@ -10,7 +10,7 @@ import os
 import torch
 
 from radixlm.runtime.config import EngineConfig, ModelConfig
-from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, WIDTHS
+from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, WIDENED, WIDTHS
 from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.hf_folder import HFModel
 from radixlm.runtime.model.layers import TPInfo
@@ -85,6 +85,8 @@ def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device:
         return "none", "the weights are not a quantized GGUF file"
     types = files.layer_types()
     held = f"the GGUF file's layers are {'/'.join(sorted(types))}"
+    if types & WIDENED:
+        held += f" ({'/'.join(sorted(types & WIDENED))} widened to int8: no kernel of their own)"
     if types and types <= FOUR_BIT:
         return "int4", held
     if types and types <= EIGHT_BIT:
