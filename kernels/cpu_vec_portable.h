@@ -195,9 +195,9 @@ inline I16 widen_pairs(const int8_t* a, const int8_t* b, int16_t c) {
   }
   return r;
 }
-// acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)
-inline int32_t low16(int32_t v) { return static_cast<int16_t>(v & 0xFFFF); }
+inline int32_t low16(int32_t v) { return static_cast<int16_t>(v & 0xFFFF); }  // an int16 pair's halves
 inline int32_t high16(int32_t v) { return static_cast<int16_t>(static_cast<uint32_t>(v) >> 16); }
+// acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)
 inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
   for (int i = 0; i < 16; ++i) acc.v[i] += low16(w.v[i]) * low16(x) + high16(w.v[i]) * high16(x);
   return acc;
