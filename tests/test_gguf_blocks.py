@@ -148,7 +148,22 @@ def test_iq4_loads_exactly_as_int4_codes_into_its_values(qtype):
         blocks.minimums()
 
 
-@pytest.mark.parametrize("qtype", ["IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ2_S", "IQ1_S", "TQ2_0", "TQ1_0"])
+def test_iq3_s_loads_as_int4_in_the_k_quant_form():
+    """IQ3_S's weights are db g, g odd in [-15, 15], db = d (1 + 2 s) per 32: int4 codes (g + 15) / 2 with the K-quant
+    form's sc = m = 1 + 2 s, d' = 2 d and dmin = 15 d, exact but for 15 d's float16 rounding (a few thousandths of
+    a step here)."""
+    raw = random_blocks("IQ3_S", 32, 512, seed=8, scale=0.05)
+    want = reference(raw, "IQ3_S", 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, "IQ3_S", [32, 512])
+    assert blocks.bits == 4 and blocks.kq is not None and int(blocks.q.max()) <= 15
+    assert torch.equal(blocks.kq.sc, blocks.kq.m) and bool((blocks.kq.sc % 2 == 1).all())
+    step = want.view(32, 16, 32).abs().amax(dim=2, keepdim=True) / 15  # db: the largest |g| in a group is near 15
+    err = (blocks.dequantize() - want).view(32, 16, 32).abs()
+    assert float((err / step).max()) < 0.01
+    assert float(want.abs().max()) > 0
+
+
+@pytest.mark.parametrize("qtype", ["IQ3_XXS", "IQ2_XXS", "IQ2_S", "IQ1_S", "TQ2_0", "TQ1_0"])
 def test_types_without_a_kernel_widen_to_int8_within_half_a_step(qtype):
     """The IQ types below IQ4 and the ternary ones go to int8 per group of 32: each weight within half an int8 step
     of gguf's dequantization (plus the float16 scale's rounding), the step being its group's largest |w| / 127."""
@@ -163,15 +178,14 @@ def test_types_without_a_kernel_widen_to_int8_within_half_a_step(qtype):
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
-def test_a_file_of_iq3_layers_serves_through_int8(tmp_path):
-    """A file whose layers are IQ3_S (as llama-quantize's IQ3_S and IQ3_M mixes write them) loads instead of being
-    refused: auto says which types widened, those layers run int8, the others at their own width, and the answers
-    track the file's float32 weights."""
+def test_a_file_of_iq3_xxs_layers_serves_through_int8(tmp_path):
+    """A file whose layers are IQ3_XXS loads instead of being refused: auto says which types widened, those layers
+    run int8, the others at their own width, and the answers track the file's float32 weights."""
     path = str(tmp_path / "iq3.gguf")
-    write_mixed_file(path, base="IQ3_S")
+    write_mixed_file(path, base="IQ3_XXS")
     files = GGUFModel(path)
     kind, why = resolve_quantization("auto", files, torch.device("cpu"))
-    assert kind == "mixed" and "IQ3_S widened to int8" in why
+    assert kind == "mixed" and "IQ3_XXS widened to int8" in why
     mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
                               quantization=kind, max_total_tokens=1024)
     assert sorted(mixed.model.layers[1].self_attn.qkv_proj.quant.kinds) == ["int5", "int8"]
@@ -248,7 +262,8 @@ def write_mixed_file(path: str, embedding: str = "Q8_0", base: str = "Q4_K") -> 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
 @pytest.mark.parametrize(("base", "width", "code_bytes"), [("Q4_K", "int4", 288), ("Q3_K", "int3", 112),
-                                                         ("IQ4_XS", "int4", 272), ("Q2_K", "int2", 96)])
+                                                         ("IQ4_XS", "int4", 272), ("Q2_K", "int2", 96),
+                                                         ("IQ3_S", "int4", 288)])
 def test_a_q4_k_m_file_runs_each_matrix_at_its_width_fused(tmp_path, base, width, code_bytes):
     """auto -> mixed: int4 where the file has Q4_K (int3 where Q3_K), int5 where it has 5 bits, int6 where it has
     Q6_K; a qkv whose v is wider than its q and k keeps v as its tail (int4 q, k and int6 or int5 v); the fused

@@ -25,13 +25,13 @@ from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 TWO_BIT = frozenset({"Q2_K"})  # GGUF types kept as int2
 THREE_BIT = frozenset({"Q3_K"})  # ... as int3
-FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS"})  # ... as int4
+FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S"})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K"})  # ... as int6
 # The IQ types below IQ4 and the ternary ones have no kernel of their own: their values (a few grid points times a
 # scale per 32 or 256) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8, at 8.5 bits a
 # weight where the file holds 1.6 to 3.4
-WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"})
+WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "TQ1_0", "TQ2_0"})
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"}) | WIDENED  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
@@ -45,6 +45,7 @@ _Q3_K_BYTES = 110  # 32 bytes of third bits, 64 of low bit pairs, 12 of 6-bit sc
 _IQ4_BYTES = {"IQ4_NL": 18, "IQ4_XS": 136}  # (d, 16 code bytes) per 32; (d, 2 + 4 bytes of 6-bit scales, 128) per 256
 OWN_FORMS = frozenset({2, 3, 6})  # widths whose form (scales per 16) no other width shares (int3 codes fit int6's)
 _Q2_K_BYTES = 84  # 16 bytes of 4-bit scales and minimums, 64 of bit pairs, d, dmin float16
+_IQ3_S_BYTES = 110  # d float16, 64 bytes of grid indices' low bits, 8 of their high bits, 32 of signs, 4 of scales
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ class QuantBlocks:
             return _q3_k_blocks(data.reshape(n * k // 256, _Q3_K_BYTES), n, k)
         if qtype == "Q2_K":
             return _q2_k_blocks(data.reshape(n * k // 256, _Q2_K_BYTES), n, k)
+        if qtype == "IQ3_S":
+            return _iq3_s_blocks(data, n, k)
         if qtype in _IQ4_BYTES:
             per = 32 if qtype == "IQ4_NL" else 256
             return _iq4_blocks(data.reshape(n * k // per, _IQ4_BYTES[qtype]), n, k)
@@ -327,3 +330,25 @@ def _q2_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
     sc, m = (torch.from_numpy(np.ascontiguousarray(v).reshape(n, k // 16)) for v in (scales & 15, scales >> 4))
     kq = KScales(sc, m, torch.from_numpy(d.copy()), torch.from_numpy(dmin.copy()))
     return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), kq.d, None, 2, kq=kq)
+
+
+def _iq3_s_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
+    """IQ3_S super-blocks -> the int4 K-quant form. A weight is db g, g an odd integer in [-15, 15] (a grid point's
+    byte times its sign), db = d (1 + 2 s_j) per group j of 32 (s_j: the low, j even, or high nibble of scales byte
+    j // 2): so q = (g + 15) / 2 in [0, 15] and w = (2 d) sc_j q - (15 d) m_j with sc_j = m_j = 1 + 2 s_j, all exact
+    but 15 d's float16 rounding. The grid points come from gguf's dequantization (db g is exact in float32)."""
+    import gguf
+
+    w = torch.from_numpy(np.asarray(gguf.quants.dequantize(data, gguf.GGMLQuantizationType.IQ3_S), dtype=np.float32))
+    blocks = data.reshape(n * k // 256, _IQ3_S_BYTES)
+    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)  # [S]
+    j = np.arange(8)
+    sc = (1 + 2 * ((blocks[:, 106 + j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 15)).astype(np.uint8)  # [S, 8]
+    db = torch.from_numpy(d[:, None] * sc).reshape(n, k // 32, 1)
+    g = torch.where(db != 0, w.reshape(n, k // 32, 32) / db.clamp(min=1e-30), torch.zeros(()))
+    q = torch.round((g + 15) / 2).clamp(0, 15).to(torch.uint8).reshape(n, k)
+    kq = KScales(*(torch.from_numpy(np.ascontiguousarray(sc).reshape(n, -1)) for _ in range(2)),
+                 *(torch.from_numpy((f * d).astype(np.float16).reshape(n, -1)) for f in (2, 15)))
+    scale = (kq.d.float().repeat_interleave(8, 1) * kq.sc.float()).half()
+    minimum = (-kq.dmin.float().repeat_interleave(8, 1) * kq.m.float()).half()
+    return QuantBlocks(q, scale, minimum, 4, kq=kq)
