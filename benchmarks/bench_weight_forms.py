@@ -96,8 +96,8 @@ def main() -> None:
             base = us["int4 K (Q4_K)"]
             for name, t in us.items():
                 gbs = n * k * BITS[name] / 8 / (t * 1e-6) / 1e9
-                results.append({"path": path, "rows": m, "form": name, "us": round(t, 1), "vs_int4_k": round(t / base, 3),
-                                "bits": BITS[name], "GB_s": round(gbs, 1)})
+                results.append({"path": path, "rows": m, "form": name, "us": round(t, 1),
+                                "vs_int4_k": round(t / base, 3), "bits": BITS[name], "GB_s": round(gbs, 1)})
                 print(f"{path:>10} {m:>3} rows  {name:<14} {t:8.1f} us  {t / base:5.2f}x int4 K  {gbs:6.1f} GB/s")
             print()
     if args.out:

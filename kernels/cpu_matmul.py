@@ -231,7 +231,8 @@ def dequantize_subblocks(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor 
 
 
 
-def subblock_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor, mn: torch.Tensor | None = None) -> torch.Tensor:
+def subblock_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor,
+                  mn: torch.Tensor | None = None) -> torch.Tensor:
     """Rows ``ids`` [T] of an int6, int3 or int2 weight -> float32 [T, K] as dequantize_subblocks gives them (an
     embedding lookup, read from the rows' own codes): row r of a tile is lanes l = 4 r + k % 4 of each k-quad. Its
     two bits of the pair plane are at bits 2 (r // 4) of byte l % 16 (int6: its high bits, after the 32 bytes of
@@ -248,7 +249,8 @@ def subblock_rows(codes: torch.Tensor, d: torch.Tensor, ids: torch.Tensor, mn: t
 
     pairs = (gather(lane % 16 + (32 if bits == 6 else 0)) >> (2 * (r // 4)).to(torch.uint8)[:, None, None]) & 3
     if bits == 6:
-        nibbles = gather((4 * (r % 8))[:, None, None] + torch.arange(4)) >> (4 * (r >= 8)).to(torch.uint8)[:, None, None]
+        nibbles = gather((4 * (r % 8))[:, None, None] + torch.arange(4))  # byte 4 (r % 8) + k % 4
+        nibbles = nibbles >> (4 * (r >= 8)).to(torch.uint8)[:, None, None]
         q = (nibbles & 15) | (pairs << 4)
     elif bits == 3:
         q = pairs | (((gather(16 + lane // 8) >> (lane % 8).to(torch.uint8)) & 1) << 2)

@@ -186,7 +186,8 @@ inline I16 imadd(I16 a, I16 b, I16 c) { return {_mm512_add_epi32(_mm512_mullo_ep
 inline I16 widen_pairs(const int8_t* a, const int8_t* b, int16_t c) {
   const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
   const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(va, vb)), _mm_unpackhi_epi8(va, vb), 1);
+  const __m256i ab =  // a0 b0 .. a15 b15
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(va, vb)), _mm_unpackhi_epi8(va, vb), 1);
   return {_mm512_mullo_epi16(_mm512_cvtepi8_epi16(ab), _mm512_set1_epi16(c))};
 }
 // acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)

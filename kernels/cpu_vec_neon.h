@@ -255,7 +255,8 @@ inline I16 widen_pairs(const int8_t* a, const int8_t* b, int16_t c) {
   const int8x16_t ab0 = vzip1q_s8(va, vb), ab1 = vzip2q_s8(va, vb);  // a0 b0 .. a7 b7, a8 b8 .. a15 b15
   const int16x8_t p[4] = {vmulq_n_s16(vmovl_s8(vget_low_s8(ab0)), c), vmulq_n_s16(vmovl_high_s8(ab0), c),
                           vmulq_n_s16(vmovl_s8(vget_low_s8(ab1)), c), vmulq_n_s16(vmovl_high_s8(ab1), c)};
-  return {vreinterpretq_s32_s16(p[0]), vreinterpretq_s32_s16(p[1]), vreinterpretq_s32_s16(p[2]), vreinterpretq_s32_s16(p[3])};
+  return {vreinterpretq_s32_s16(p[0]), vreinterpretq_s32_s16(p[1]), vreinterpretq_s32_s16(p[2]),
+          vreinterpretq_s32_s16(p[3])};
 }
 // acc + w.lo x.lo + w.hi x.hi per lane, w's lanes and x int16 pairs (exact: the caller keeps it within int32)
 inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
