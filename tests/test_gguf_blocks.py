@@ -157,6 +157,9 @@ def test_iq3_s_loads_as_int4_in_the_k_quant_form():
     blocks = QuantBlocks.from_gguf(raw, "IQ3_S", [32, 512])
     assert blocks.bits == 4 and blocks.kq is not None and int(blocks.q.max()) <= 15
     assert torch.equal(blocks.kq.sc, blocks.kq.m) and bool((blocks.kq.sc % 2 == 1).all())
+    db = blocks.kq.d.float().repeat_interleave(8, 1) / 2 * blocks.kq.sc.float()  # d (1 + 2 s), exact
+    g = 2 * blocks.q.float().view(32, 16, 32) - 15  # the grid points with their signs, decoded from the bytes
+    assert torch.equal(g * db[..., None], want.view(32, 16, 32))
     step = want.view(32, 16, 32).abs().amax(dim=2, keepdim=True) / 15  # db: the largest |g| in a group is near 15
     err = (blocks.dequantize() - want).view(32, 16, 32).abs()
     assert float((err / step).max()) < 0.01

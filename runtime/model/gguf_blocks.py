@@ -333,20 +333,25 @@ def _q2_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
 
 
 def _iq3_s_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
-    """IQ3_S super-blocks -> the int4 K-quant form. A weight is db g, g an odd integer in [-15, 15] (a grid point's
-    byte times its sign), db = d (1 + 2 s_j) per group j of 32 (s_j: the low, j even, or high nibble of scales byte
-    j // 2): so q = (g + 15) / 2 in [0, 15] and w = (2 d) sc_j q - (15 d) m_j with sc_j = m_j = 1 + 2 s_j, all exact
-    but 15 d's float16 rounding. The grid points come from gguf's dequantization (db g is exact in float32)."""
-    import gguf
+    """IQ3_S super-blocks [N K / 256, 110] -> the int4 K-quant form. A weight is db g, g an odd integer in [-15, 15],
+    db = d (1 + 2 s_j) per group j of 32 (s_j: the low, j even, or high nibble of scales byte j // 2). Group j's
+    weights 4 p .. 4 p + 3 are the 4 bytes of grid point qs[8 j + p] + 256 (bit p of qh[j]) (gguf's iq3s_grid), and
+    weight e's sign is bit e % 8 of signs[4 j + e // 8]. So q = (g + 15) / 2 in [0, 15] and w = (2 d) sc_j q -
+    (15 d) m_j with sc_j = m_j = 1 + 2 s_j: exact but for 15 d's float16 rounding."""
+    from gguf.quants import IQ3_S
 
-    w = torch.from_numpy(np.asarray(gguf.quants.dequantize(data, gguf.GGMLQuantizationType.IQ3_S), dtype=np.float32))
+    IQ3_S.init_grid()
+    grid = IQ3_S.grid.reshape(512, 4).astype(np.int8)  # odd magnitudes 1 .. 15
     blocks = data.reshape(n * k // 256, _IQ3_S_BYTES)
+    qs, qh = blocks[:, 2:66].reshape(-1, 8, 8), blocks[:, 66:74]
+    signs = blocks[:, 74:106].reshape(-1, 8, 4)
+    point = qs.astype(np.int64) | (((qh[:, :, None] >> np.arange(8, dtype=np.uint8)) & 1).astype(np.int64) << 8)
+    negative = (signs[:, :, :, None] >> np.arange(8, dtype=np.uint8)) & 1  # [S, 8, 4, 8]: group j's weight 8 l + b
+    g = grid[point].reshape(-1, 8, 32) * (1 - 2 * negative.reshape(-1, 8, 32).astype(np.int8))
+    q = torch.from_numpy(((g + 15) // 2).astype(np.uint8).reshape(n, k))
     d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)  # [S]
     j = np.arange(8)
     sc = (1 + 2 * ((blocks[:, 106 + j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 15)).astype(np.uint8)  # [S, 8]
-    db = torch.from_numpy(d[:, None] * sc).reshape(n, k // 32, 1)
-    g = torch.where(db != 0, w.reshape(n, k // 32, 32) / db.clamp(min=1e-30), torch.zeros(()))
-    q = torch.round((g + 15) / 2).clamp(0, 15).to(torch.uint8).reshape(n, k)
     kq = KScales(*(torch.from_numpy(np.ascontiguousarray(sc).reshape(n, -1)) for _ in range(2)),
                  *(torch.from_numpy((f * d).astype(np.float16).reshape(n, -1)) for f in (2, 15)))
     scale = (kq.d.float().repeat_interleave(8, 1) * kq.sc.float()).half()
