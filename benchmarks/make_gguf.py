@@ -5,8 +5,9 @@
 Shapes are Llama-3.2-like (grouped-query attention, SwiGLU, tied embeddings); the tokenizer, its vocabulary
 (49,152 tokens) and chat template are the embedded SmolLM2's, so prompts tokenize the same everywhere.
 Weights are small random normals: the outputs are noise, the speed is a real model's of that shape.
-Writes OUT/random-SIZE-TYPE.gguf (skipping files that exist). The `gguf` package cannot write K-quants or IQ
-types; the benchmarks' files of them (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, IQ4_XS: mixes of those types with wider
+Writes OUT/random-SIZE-TYPE.gguf (skipping files that exist). IQ3_XXS and IQ2_XXS, which llama.cpp's tool writes
+only with an importance matrix, are random grid blocks (random bytes, d set so the weights are ~0.02; the table Q8_0).
+The `gguf` package cannot write K-quants or the other IQ types; the benchmarks' files of them (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, IQ4_XS: mixes of those types with wider
 ones, as llama.cpp chooses them) come from a Q4_0 file through llama.cpp's own tool (built by
 peers/setup_llamacpp.sh), one TYPE at a time:
 
@@ -56,6 +57,10 @@ def copy_tokenizer(writer, source) -> None:
             writer.add_bool(key, value)
 
 
+RANDOM_BLOCKS = {"IQ3_XXS": (23, 1.5e-4), "IQ2_XXS": (19, 4e-4)}  # type -> llama.cpp's file type, its blocks' d
+FILE_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, **{t: f for t, (f, _) in RANDOM_BLOCKS.items()}}
+
+
 def write(path: str, size: str, qtype: str, source, seed: int = 0) -> None:
     import gguf
 
@@ -75,14 +80,21 @@ def write(path: str, size: str, qtype: str, source, seed: int = 0) -> None:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
     w.add_rope_dimension_count(head)
-    w.add_file_type({"Q4_0": 2, "Q4_1": 3, "Q8_0": 7}[qtype])
+    w.add_file_type(FILE_TYPES[qtype])
     copy_tokenizer(w, source)
     kind = getattr(gguf.GGMLQuantizationType, qtype)
 
     def tensor(name: str, rows: int, cols: int, quantized: bool = True) -> None:
+        if qtype in RANDOM_BLOCKS and name.startswith("blk."):  # grid blocks: any bytes decode, d (first) set
+            per_block, size = gguf.GGML_QUANT_SIZES[kind]
+            raw = rng.integers(0, 256, size=(rows * cols // per_block, size), dtype=np.uint8)
+            raw[:, 0:2] = np.full(raw.shape[0], RANDOM_BLOCKS[qtype][1], dtype=np.float16).view(np.uint8).reshape(-1, 2)
+            w.add_tensor(name, raw.reshape(rows, -1), raw_dtype=kind)
+            return
         data = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
         if quantized:
-            w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
+            table = gguf.GGMLQuantizationType.Q8_0 if qtype in RANDOM_BLOCKS else kind
+            w.add_tensor(name, gguf.quants.quantize(data, table), raw_dtype=table)
         else:
             w.add_tensor(name, data)
 
@@ -111,7 +123,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_1", "Q8_0"], choices=["Q4_0", "Q4_1", "Q8_0"])
+    ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_1", "Q8_0"], choices=list(FILE_TYPES))
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "models"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

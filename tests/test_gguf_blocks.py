@@ -22,8 +22,8 @@ from .test_cpu_kernels import assert_close_to_reference
 
 # where a block's float16 super-scales sit (byte offsets), so random blocks decode to weights of ~0.02
 SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82), "IQ4_NL": (0,),
-            "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,), "IQ2_S": (0,), "IQ1_S": (0,),
-            "TQ2_0": (64,), "TQ1_0": (52,)}
+            "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,),
+            "IQ1_S": (0,), "TQ2_0": (64,), "TQ1_0": (52,)}
 
 
 def random_blocks(qtype: str, n: int, k: int, seed: int = 0, scale: float = 1e-3) -> np.ndarray:
@@ -166,7 +166,18 @@ def test_iq3_s_loads_as_int4_in_the_k_quant_form():
     assert float(want.abs().max()) > 0
 
 
-@pytest.mark.parametrize("qtype", ["IQ3_XXS", "IQ2_XXS", "IQ2_S", "IQ1_S", "TQ2_0", "TQ1_0"])
+def test_iq3_xxs_loads_exactly_as_int6():
+    """IQ3_XXS's weights are d (1 + 2 s) / 4 g, g in +-(4, 12, .., 52, 62) per 32: even, so Q6_K's form holds them
+    exactly with q - 32 = g / 2, sc = 1 + 2 s for both sub-blocks of 16 and d / 2 per 256."""
+    raw = random_blocks("IQ3_XXS", 32, 512, seed=9, scale=0.05)
+    want = reference(raw, "IQ3_XXS", 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, "IQ3_XXS", [32, 512])
+    assert blocks.bits == 6 and blocks.sub.shape == (32, 32) and torch.equal(blocks.sub[:, 0::2], blocks.sub[:, 1::2])
+    assert torch.equal(blocks.dequantize(), want) and float(want.abs().max()) > 0
+    assert set((blocks.q.long() - 32).abs().unique().tolist()) <= {2, 6, 10, 14, 18, 22, 26, 31}
+
+
+@pytest.mark.parametrize("qtype", ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "TQ2_0", "TQ1_0"])
 def test_types_without_a_kernel_widen_to_int8_within_half_a_step(qtype):
     """The IQ types below IQ4 and the ternary ones go to int8 per group of 32: each weight within half an int8 step
     of gguf's dequantization (plus the float16 scale's rounding), the step being its group's largest |w| / 127."""
@@ -181,14 +192,14 @@ def test_types_without_a_kernel_widen_to_int8_within_half_a_step(qtype):
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
-def test_a_file_of_iq3_xxs_layers_serves_through_int8(tmp_path):
-    """A file whose layers are IQ3_XXS loads instead of being refused: auto says which types widened, those layers
+def test_a_file_of_iq2_layers_serves_through_int8(tmp_path):
+    """A file whose layers are IQ2_XXS loads instead of being refused: auto says which types widened, those layers
     run int8, the others at their own width, and the answers track the file's float32 weights."""
-    path = str(tmp_path / "iq3.gguf")
-    write_mixed_file(path, base="IQ3_XXS")
+    path = str(tmp_path / "iq2.gguf")
+    write_mixed_file(path, base="IQ2_XXS")
     files = GGUFModel(path)
     kind, why = resolve_quantization("auto", files, torch.device("cpu"))
-    assert kind == "mixed" and "IQ3_XXS widened to int8" in why
+    assert kind == "mixed" and "IQ2_XXS widened to int8" in why
     mixed = Engine.from_model(load_model(files, torch.float32, progress=False, quant_blocks=True), None,
                               quantization=kind, max_total_tokens=1024)
     assert sorted(mixed.model.layers[1].self_attn.qkv_proj.quant.kinds) == ["int5", "int8"]

@@ -21,17 +21,18 @@ import numpy as np
 import torch
 
 from radixlm.kernels.cpu_matmul import IQ4_VALUES
+from radixlm.runtime.model.gguf_iq import iq3_s_codes, iq3_xxs_codes
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 TWO_BIT = frozenset({"Q2_K"})  # GGUF types kept as int2
 THREE_BIT = frozenset({"Q3_K"})  # ... as int3
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S"})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
-SIX_BIT = frozenset({"Q6_K"})  # ... as int6
-# The IQ types below IQ4 and the ternary ones have no kernel of their own: their values (a few grid points times a
-# scale per 32 or 256) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8, at 8.5 bits a
-# weight where the file holds 1.6 to 3.4
-WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "TQ1_0", "TQ2_0"})
+SIX_BIT = frozenset({"Q6_K", "IQ3_XXS"})  # ... as int6
+# IQ1 / IQ2 and the ternary types have no form of their own here (IQ3_S and IQ3_XXS do, exactly: gguf_iq.py): their
+# values (a few grid points times a scale per 32 or 256) go to int8 per group of 32 (as Q8_0 holds them), within half
+# a step of int8, at 8.5 bits a weight where the file holds 1.6 to 2.6
+WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "TQ1_0", "TQ2_0"})
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"}) | WIDENED  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
@@ -45,7 +46,6 @@ _Q3_K_BYTES = 110  # 32 bytes of third bits, 64 of low bit pairs, 12 of 6-bit sc
 _IQ4_BYTES = {"IQ4_NL": 18, "IQ4_XS": 136}  # (d, 16 code bytes) per 32; (d, 2 + 4 bytes of 6-bit scales, 128) per 256
 OWN_FORMS = frozenset({2, 3, 6})  # widths whose form (scales per 16) no other width shares (int3 codes fit int6's)
 _Q2_K_BYTES = 84  # 16 bytes of 4-bit scales and minimums, 64 of bit pairs, d, dmin float16
-_IQ3_S_BYTES = 110  # d float16, 64 bytes of grid indices' low bits, 8 of their high bits, 32 of signs, 4 of scales
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,8 @@ class QuantBlocks:
             return _q2_k_blocks(data.reshape(n * k // 256, _Q2_K_BYTES), n, k)
         if qtype == "IQ3_S":
             return _iq3_s_blocks(data, n, k)
+        if qtype == "IQ3_XXS":
+            return _iq3_xxs_blocks(data, n, k)
         if qtype in _IQ4_BYTES:
             per = 32 if qtype == "IQ4_NL" else 256
             return _iq4_blocks(data.reshape(n * k // per, _IQ4_BYTES[qtype]), n, k)
@@ -333,27 +335,19 @@ def _q2_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
 
 
 def _iq3_s_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
-    """IQ3_S super-blocks [N K / 256, 110] -> the int4 K-quant form. A weight is db g, g an odd integer in [-15, 15],
-    db = d (1 + 2 s_j) per group j of 32 (s_j: the low, j even, or high nibble of scales byte j // 2). Group j's
-    weights 4 p .. 4 p + 3 are the 4 bytes of grid point qs[8 j + p] + 256 (bit p of qh[j]) (gguf's iq3s_grid), and
-    weight e's sign is bit e % 8 of signs[4 j + e // 8]. So q = (g + 15) / 2 in [0, 15] and w = (2 d) sc_j q -
-    (15 d) m_j with sc_j = m_j = 1 + 2 s_j: exact but for 15 d's float16 rounding."""
-    from gguf.quants import IQ3_S
-
-    IQ3_S.init_grid()
-    grid = IQ3_S.grid.reshape(512, 4).astype(np.int8)  # odd magnitudes 1 .. 15
-    blocks = data.reshape(n * k // 256, _IQ3_S_BYTES)
-    qs, qh = blocks[:, 2:66].reshape(-1, 8, 8), blocks[:, 66:74]
-    signs = blocks[:, 74:106].reshape(-1, 8, 4)
-    point = qs.astype(np.int64) | (((qh[:, :, None] >> np.arange(8, dtype=np.uint8)) & 1).astype(np.int64) << 8)
-    negative = (signs[:, :, :, None] >> np.arange(8, dtype=np.uint8)) & 1  # [S, 8, 4, 8]: group j's weight 8 l + b
-    g = grid[point].reshape(-1, 8, 32) * (1 - 2 * negative.reshape(-1, 8, 32).astype(np.int8))
-    q = torch.from_numpy(((g + 15) // 2).astype(np.uint8).reshape(n, k))
-    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)  # [S]
-    j = np.arange(8)
-    sc = (1 + 2 * ((blocks[:, 106 + j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 15)).astype(np.uint8)  # [S, 8]
-    kq = KScales(*(torch.from_numpy(np.ascontiguousarray(sc).reshape(n, -1)) for _ in range(2)),
-                 *(torch.from_numpy((f * d).astype(np.float16).reshape(n, -1)) for f in (2, 15)))
+    """IQ3_S -> the int4 K-quant form: w = d sc (2 q - 15) = (2 d) sc q - (15 d) m with m = sc, exact but for 15 d's
+    float16 rounding."""
+    q, sc, d = iq3_s_codes(data, n, k)
+    kq = KScales(torch.from_numpy(sc), torch.from_numpy(sc.copy()),
+                 *(torch.from_numpy((f * d).astype(np.float16)) for f in (2, 15)))
     scale = (kq.d.float().repeat_interleave(8, 1) * kq.sc.float()).half()
     minimum = (-kq.dmin.float().repeat_interleave(8, 1) * kq.m.float()).half()
-    return QuantBlocks(q, scale, minimum, 4, kq=kq)
+    return QuantBlocks(torch.from_numpy(q), scale, minimum, 4, kq=kq)
+
+
+def _iq3_xxs_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
+    """IQ3_XXS -> 6-bit blocks (Q6_K's form, its sc per 32 given to both sub-blocks of 16): w = (d / 2) sc (q - 32),
+    exact (d / 2 in float16 but below its normal range)."""
+    q, sc, d = iq3_xxs_codes(data, n, k)
+    return QuantBlocks(torch.from_numpy(q), torch.from_numpy((d / 2).astype(np.float16)), None, 6,
+                       torch.from_numpy(np.repeat(sc, 2, axis=1)))
