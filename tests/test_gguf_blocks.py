@@ -166,6 +166,17 @@ def test_iq3_s_loads_as_int4_in_the_k_quant_form():
     assert float(want.abs().max()) > 0
 
 
+@pytest.mark.parametrize("qtype", ["TQ1_0", "TQ2_0"])
+def test_ternary_types_load_exactly_as_int2(qtype):
+    """TQ1_0 / TQ2_0 hold w = d t with t in {-1, 0, 1} (random TQ2_0 bytes also give 2): Q2_K's form with q = t + 1,
+    sc = m = 1 and dmin = d, exactly."""
+    raw = random_blocks(qtype, 32, 512, seed=10, scale=0.05)
+    want = reference(raw, qtype, 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, qtype, [32, 512])
+    assert blocks.bits == 2 and blocks.kq is not None and int(blocks.q.max()) <= 3
+    assert torch.equal(blocks.dequantize(), want) and float(want.abs().max()) > 0
+
+
 def test_iq3_xxs_loads_exactly_as_int6():
     """IQ3_XXS's weights are d (1 + 2 s) / 4 g, g in +-(4, 12, .., 52, 62) per 32: even, so Q6_K's form holds them
     exactly with q - 32 = g / 2, sc = 1 + 2 s for both sub-blocks of 16 and d / 2 per 256."""
@@ -177,7 +188,7 @@ def test_iq3_xxs_loads_exactly_as_int6():
     assert set((blocks.q.long() - 32).abs().unique().tolist()) <= {2, 6, 10, 14, 18, 22, 26, 31}
 
 
-@pytest.mark.parametrize("qtype", ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "TQ2_0", "TQ1_0"])
+@pytest.mark.parametrize("qtype", ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S"])
 def test_types_without_a_kernel_widen_to_int8_within_half_a_step(qtype):
     """The IQ types below IQ4 and the ternary ones go to int8 per group of 32: each weight within half an int8 step
     of gguf's dequantization (plus the float16 scale's rounding), the step being its group's largest |w| / 127."""

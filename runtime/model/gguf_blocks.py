@@ -24,15 +24,15 @@ from radixlm.kernels.cpu_matmul import IQ4_VALUES
 from radixlm.runtime.model.gguf_iq import iq3_s_codes, iq3_xxs_codes
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
-TWO_BIT = frozenset({"Q2_K"})  # GGUF types kept as int2
+TWO_BIT = frozenset({"Q2_K", "TQ1_0", "TQ2_0"})  # GGUF types kept as int2 (the ternary ones exactly: q - 1)
 THREE_BIT = frozenset({"Q3_K"})  # ... as int3
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S"})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K", "IQ3_XXS"})  # ... as int6
-# IQ1 / IQ2 and the ternary types have no form of their own here (IQ3_S and IQ3_XXS do, exactly: gguf_iq.py): their
-# values (a few grid points times a scale per 32 or 256) go to int8 per group of 32 (as Q8_0 holds them), within half
-# a step of int8, at 8.5 bits a weight where the file holds 1.6 to 2.6
-WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "TQ1_0", "TQ2_0"})
+# IQ1 / IQ2 have no form of their own here (IQ3_S and IQ3_XXS do, exactly: gguf_iq.py): their values (a few grid
+# points times a scale per 32 or 256) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8,
+# at 8.5 bits a weight where the file holds 1.6 to 2.6
+WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S"})
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"}) | WIDENED  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
@@ -46,6 +46,7 @@ _Q3_K_BYTES = 110  # 32 bytes of third bits, 64 of low bit pairs, 12 of 6-bit sc
 _IQ4_BYTES = {"IQ4_NL": 18, "IQ4_XS": 136}  # (d, 16 code bytes) per 32; (d, 2 + 4 bytes of 6-bit scales, 128) per 256
 OWN_FORMS = frozenset({2, 3, 6})  # widths whose form (scales per 16) no other width shares (int3 codes fit int6's)
 _Q2_K_BYTES = 84  # 16 bytes of 4-bit scales and minimums, 64 of bit pairs, d, dmin float16
+_TERNARY_D_AT = {"TQ1_0": 52, "TQ2_0": 64}  # where the float16 d of a super-block of 256 trits sits (its last bytes)
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class QuantBlocks:
             return _q3_k_blocks(data.reshape(n * k // 256, _Q3_K_BYTES), n, k)
         if qtype == "Q2_K":
             return _q2_k_blocks(data.reshape(n * k // 256, _Q2_K_BYTES), n, k)
+        if qtype in _TERNARY_D_AT:
+            return _ternary_blocks(data, qtype, n, k)
         if qtype == "IQ3_S":
             return _iq3_s_blocks(data, n, k)
         if qtype == "IQ3_XXS":
@@ -332,6 +335,23 @@ def _q2_k_blocks(blocks: np.ndarray, n: int, k: int) -> QuantBlocks:
     sc, m = (torch.from_numpy(np.ascontiguousarray(v).reshape(n, k // 16)) for v in (scales & 15, scales >> 4))
     kq = KScales(sc, m, torch.from_numpy(d.copy()), torch.from_numpy(dmin.copy()))
     return QuantBlocks(torch.from_numpy(np.ascontiguousarray(q)), kq.d, None, 2, kq=kq)
+
+
+def _ternary_blocks(data: np.ndarray, qtype: str, n: int, k: int) -> QuantBlocks:
+    """TQ1_0 / TQ2_0 (w = d t, t in {-1, 0, 1}, d per 256) -> 2-bit blocks, exactly: q = t + 1 in Q2_K's form with
+    sc = m = 1 and dmin = d (w = d q - d). The trits come from gguf's dequantization (w / d is exact)."""
+    import gguf
+
+    w = np.asarray(gguf.quants.dequantize(data, gguf.GGMLQuantizationType[qtype]), dtype=np.float32)
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]][1]
+    at = _TERNARY_D_AT[qtype]
+    d = data.reshape(n * k // 256, size)[:, at:at + 2].copy().view(np.float16).reshape(n, k // 256)
+    scale = np.repeat(d.astype(np.float32), 256, axis=1)
+    t = np.divide(w.reshape(n, k), scale, out=np.zeros((n, k), dtype=np.float32), where=scale != 0)
+    ones = torch.ones(n, k // 16, dtype=torch.uint8)
+    kq = KScales(ones, ones.clone(), torch.from_numpy(d.copy()), torch.from_numpy(d.copy()))
+    q = torch.from_numpy(np.rint(t).astype(np.int8) + 1).view(torch.uint8)
+    return QuantBlocks(q, kq.d, None, 2, kq=kq)
 
 
 def _iq3_s_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
