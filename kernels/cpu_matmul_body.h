@@ -156,7 +156,7 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t
 template <int MT, int Bits>
 inline void add_offset_pairs(const uint8_t* sub, const QuantizedX& xq, int64_t m0, int64_t b, I16* sum, F16* mins) {
   constexpr int64_t kSub = sub_block_bytes(Bits), kCoefAt = 4 * sub_quad_bytes(Bits) + (Bits == 2 ? 16 : 0);
-  constexpr int16_t kCoef = Bits == 2 ? 1 : Bits == 6 ? -32 : -4;
+  constexpr int16_t kCoef = Bits == 2 ? 1 : -sub_offset(Bits);
   I16 msum[MT];
   for (int i = 0; i < MT; ++i) msum[i] = izero();
   for (int p = 0; p < 2; ++p) {
@@ -192,7 +192,6 @@ template <int MT, int Bits, typename T>
 void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
                    const QuantizedX& xq, int64_t m0, T* y) {
   constexpr int64_t kSub = sub_block_bytes(Bits), kScalesAt = 4 * sub_quad_bytes(Bits);
-  constexpr int32_t kOffset = Bits == 6 ? 32 : Bits == 3 ? 4 : 0;
   constexpr bool kPairs = kPairDot && MT >= 4;
   const int64_t k = xq.k, nb = xq.nb;
   const uint8_t* wt = codes + tile * (k / 16) * kSub;
@@ -217,7 +216,7 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
       if constexpr (Bits == 2) dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt));
       for (int i = 0; i < MT; ++i) {
-        const I16 off = kPairs || Bits == 2 ? ip[i] : isub_scalar(ip[i], kOffset * s16[i * nb * 4]);
+        const I16 off = kPairs || Bits == 2 ? ip[i] : isub_scalar(ip[i], sub_offset(Bits) * s16[i * nb * 4]);
         sum[i] = imadd(off, sc, sum[i]);
       }
       if constexpr (!kPairs && Bits == 2) {

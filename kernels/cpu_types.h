@@ -12,6 +12,8 @@ namespace radixlm_cpu {
 // minimums): bytes a k-quad, bytes a sub-block.
 constexpr int64_t sub_quad_bytes(int64_t bits) { return bits == 6 ? 48 : bits == 3 ? 24 : 16; }
 constexpr int64_t sub_block_bytes(int64_t bits) { return 4 * sub_quad_bytes(bits) + (bits == 2 ? 32 : 16); }
+// the codes' offset: w = d sc (q - offset) (int2: d sc q less its minimum, no offset)
+constexpr int32_t sub_offset(int64_t bits) { return bits == 6 ? 32 : bits == 3 ? 4 : 0; }
 // IQ4_NL's 16 values, which the codes of GGUF's IQ4_NL and IQ4_XS index (cpu_matmul.py's IQ4_VALUES), and the same
 // plus 128 as unsigned bytes (for vpdpbusd, which multiplies unsigned by signed bytes)
 struct Iq4Table {
@@ -112,6 +114,7 @@ using radixlm_cpu::kIq4Biased;
 using radixlm_cpu::kIq4Values;
 using radixlm_cpu::QuantizedX;
 using radixlm_cpu::sub_block_bytes;
+using radixlm_cpu::sub_offset;
 using radixlm_cpu::sub_quad_bytes;
 using radixlm_cpu::QueryRows;
 using radixlm_cpu::Rows;

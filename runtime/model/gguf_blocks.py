@@ -6,11 +6,14 @@ Every quantized GGUF type loads at the width closest to the file's:
 - IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values: w = d kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8
   sc per 32, d per 256;
 - the other 4-bit types -> int4 (w = d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (q in [0, 31]);
-- Q6_K -> int6, its own form: w = d sc (q - 32), q in [0, 63], sc and d as int3's; 8 bits -> int8 (w = d q).
-Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL and IQ4_XS bit for
-bit, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps), or up to float16
-rounding of d sc and dmin m once mixed with other types; a stack of forms no kernel layout shares goes through
-its float32 values, quantized per group of 32 (int4_codes / int8_codes).
+- Q6_K -> int6, its own form: w = d sc (q - 32), q in [0, 63], sc and d as int3's; 8 bits -> int8 (w = d q);
+- types with no form of their own, in the nearest one that holds them: TQ1_0 / TQ2_0 (ternary) in Q2_K's, IQ3_S in
+  Q4_K's, IQ3_XXS in Q6_K's (gguf_iq.py decodes both IQ3s); IQ1 / IQ2 widened to int8 from their float32 values.
+Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL, IQ4_XS, IQ3_XXS and
+the TQ types bit for bit, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
+IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
+stack of forms no kernel layout shares goes through its float32 values, quantized per group of 32 (int4_codes /
+int8_codes).
 """
 
 from __future__ import annotations
