@@ -25,9 +25,10 @@
 // int3: w = d * sc_j * (q - 4), q in [0, 7] (GGUF's Q3_K): int6's form with codes [N/16, K/16, 112], per sub-block 4
 //   k-quads of 24 bytes (16 bytes of the low two bits, as int6's high bits, then 8 bytes of third bits, bit l of lane l
 //   as int5's fifth bits) and the 16 rows' int8 sc_j; d float16 [N/16, K/256, 16].
-// IQ4 layout of int4 (GGUF's IQ4_NL, IQ4_XS): w = d * kv[q], kv IQ4_NL's 16 int8 values, q in [0, 15]: codes
-//   [N/16, K/32, 256] (a group's 8 k-quads of int4's bytes), d float16 [N/16, K/32, 16], no minimums; IQ4_XS's:
-//   [N/16, K/32, 272], each group's codes then the tile's 16 int8 scales sc, d [N/16, K/256, 16]: w = d sc kv[q].
+// IQ4 layout of int4 (GGUF's IQ4_NL, IQ4_XS): w = d * kv[q], q in [0, 15], kv 16 int8 values: mn empty for IQ4_NL's,
+//   else the int8 [16] table itself (cpu_matmul.py's GRID_VALUES for GGUF's IQ2_XXS and IQ1_S); codes [N/16, K/32,
+//   256] (a group's 8 k-quads of int4's bytes), d float16 [N/16, K/32, 16]; IQ4_XS's: [N/16, K/32, 272], each
+//   group's codes then the tile's 16 int8 scales sc, d [N/16, K/256, 16]: w = d sc kv[q].
 // int2: w = d * sc_j * q - dmin * m_j, q in [0, 3] (GGUF's Q2_K): codes [N/16, K/16, 96], per sub-block 4 k-quads of
 //   16 bytes (int3's low bit pairs), the 16 rows' sc_j, then their m_j (4-bit values, a byte each); d and mn (-dmin)
 //   float16 [N/16, K/256, 16].
@@ -83,10 +84,11 @@ void check_weight(const QuantWeightRef& w) {
     const int64_t per = w.iq4_xs() ? 8 : 1;  // groups a scale
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 &&
                 w.scales.size(0) == w.data.size(0) && w.scales.size(1) * per == w.data.size(1) &&
-                w.scales.size(2) == 16 && (!w.mins.defined() || w.mins.numel() == 0) && w.data.is_contiguous() &&
-                w.scales.is_contiguous(),
+                w.scales.size(2) == 16 && w.data.is_contiguous() && w.scales.is_contiguous() &&
+                (!w.mins.defined() || w.mins.numel() == 0 ||
+                 (w.mins.scalar_type() == at::kChar && w.mins.numel() == 16 && w.mins.is_contiguous())),
                 "int4 weight, IQ4 layout: uint8 codes [N / 16, K / 32, 256] with float16 d [N / 16, K / 32, 16] (or "
-                "[.., 272] with d [N / 16, K / 256, 16]) and no minimums");
+                "[.., 272] with d [N / 16, K / 256, 16]), and no minimums or an int8 [16] table of the codes' values");
   } else if (w.bits == 5) {
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.data.dim() == 3 && w.data.size(2) == 40 &&
                 w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.mins.defined() &&
@@ -147,8 +149,9 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
     using T = std::remove_pointer_t<decltype(tag)>;
     T* out = y.data_ptr<T>() + col0;
     if (w.iq4()) {
-      RADIXLM_ISA_CALL(isa, iq4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), w.iq4_xs(), n, t0,
-                       t1, a.q, m, out);
+      const bool own = w.mins.defined() && w.mins.numel() == 16;  // the weight's own values, else IQ4_NL's
+      RADIXLM_ISA_CALL(isa, iq4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
+                       own ? w.mins.data_ptr<int8_t>() : kIq4Values.v, w.iq4_xs(), n, t0, t1, a.q, m, out);
     } else if (w.bits == 4) {
       const at::Half* mn = w.mins.defined() && w.mins.numel() > 0 ? w.mins.data_ptr<at::Half>() : nullptr;
       RADIXLM_ISA_CALL(isa, int4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(), mn, w.kform(), n,

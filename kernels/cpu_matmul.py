@@ -37,6 +37,9 @@ SUB_OFFSET = {6: 32, 3: 4, 2: 0}  # w = d sc (q - offset) (int2: less dmin m)
 SUB_BYTES = {4 * quad + (32 if bits == 2 else 16): bits for bits, quad in SUB_QUAD.items()}  # a sub-block's -> bits
 IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                           dtype=torch.int8)  # GGUF's IQ4_NL / IQ4_XS: w = d IQ4_VALUES[q]
+# GGUF's IQ2_XXS grid values (8, 25, 43 with a sign) and IQ1_S's times 8 (8 g -+ 1 for g in -1, 0, 1: its delta is
+# -+ 1 / 8), one table so both types' codes share the IQ4 layout: w = d sc GRID_VALUES[q] with d a 1 / 8 of theirs
+GRID_VALUES = torch.tensor([-43, -25, -8, 8, 25, 43, -9, -7, -1, 1, 7, 9, 0, 0, 0, 0], dtype=torch.int8)
 IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
 __all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear",
            "int8_linear", "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8",
@@ -95,15 +98,17 @@ def pack_iq4(q: torch.Tensor, d: torch.Tensor, sc: torch.Tensor | None = None) -
     return torch.cat((codes, scales), dim=2).contiguous(), pack_scales(d)
 
 
-def dequantize_iq4(codes: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """-> w [N, K] float32 = d IQ4_VALUES[q] per group of 32 (IQ4_XS: d sc IQ4_VALUES[q], d sc exact)."""
+def dequantize_iq4(codes: torch.Tensor, d: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
+    """-> w [N, K] float32 = d kv[q] per group of 32 (IQ4_XS: d sc kv[q], d sc exact), kv ``values`` (int8 [16]) or,
+    if None or empty, IQ4_VALUES."""
+    kv = IQ4_VALUES if values is None or values.numel() == 0 else values
     nt, groups = codes.shape[:2]
     q = unnibble(codes[:, :, :256].reshape(nt, groups * 8, 32))
     scale = unpack_scales(d).float()
     if IQ4_GROUP_BYTES[codes.shape[2]]:
         sc = codes[:, :, 256:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, groups)
         scale = scale.repeat_interleave(SUPER // GROUP, 1) * sc.float()
-    return (IQ4_VALUES[q.long()].float().view(nt * 16, groups, GROUP) * scale[..., None]).flatten(1)
+    return (kv[q.long()].float().view(nt * 16, groups, GROUP) * scale[..., None]).flatten(1)
 
 
 def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -307,11 +312,12 @@ def unpack_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -
 
 
 def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> torch.Tensor:
-    """-> w [N, K] float32 = d * q + mn per group of 32 (plain or K-quant layout), or d IQ4_VALUES[q] (IQ4)."""
+    """-> w [N, K] float32 = d * q + mn per group of 32 (plain or K-quant layout), or d kv[q] (IQ4, mn the values kv
+    or None for IQ4_VALUES)."""
     if codes.shape[2] == KFORM_BYTES[4]:
         return dequantize_kquant(codes, d, mn)
     if codes.shape[2] in IQ4_GROUP_BYTES:
-        return dequantize_iq4(codes, d)
+        return dequantize_iq4(codes, d, mn)
     q, d, mn = unpack_int4(codes, d, mn)
     q = q.float().view(q.shape[0], -1, GROUP)
     return (q * d.float()[..., None] + mn.float()[..., None]).flatten(1)

@@ -104,13 +104,13 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
 }
 
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights, w = d q per group of 32 along K (GGUF's Q8_0), or
-// (Iq4) int4 codes indexing IQ4_NL's 16 int8 values, w = d kv[q] (GGUF's IQ4_NL; Xs: IQ4_XS, each group's codes
-// followed by the tile's 16 int8 scales sc, d per 256, so d_g = d sc exactly in float32): per 64-block of K (one
-// activation scale, two weight groups) the groups' exact int32 dot products (less the bias times sum(x) where the
-// path biases w to unsigned bytes) scaled as (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
+// (Iq4) int4 codes indexing 16 int8 values kv (IQ4_NL's for GGUF's IQ4_NL and IQ4_XS), w = d kv[q] (Xs: each group's
+// codes followed by the tile's 16 int8 scales sc, d per 256, so d_g = d sc exactly in float32): per 64-block of K
+// (one activation scale, two weight groups) the groups' exact int32 dot products (less the bias times sum(x) where
+// the path biases w to unsigned bytes) scaled as (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
 template <int MT, bool Iq4, bool Xs, typename T>
-void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t tile, const QuantizedX& xq,
-                     int64_t m0, T* y) {
+void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& values, int64_t n, int64_t tile,
+                     const QuantizedX& xq, int64_t m0, T* y) {
   constexpr int64_t kGroupBytes = Iq4 ? (Xs ? 272 : 256) : 512;  // a group of 32 k x 16 rows: nibbles (+ sc) or int8
   constexpr int32_t kBias = Iq4 ? kIq4Bias : kInt8Bias;
   const int64_t k = xq.k, nb = xq.nb, g_count = k / 32, s_count = Xs ? k / 256 : g_count;
@@ -128,7 +128,7 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, int64_t n, int64_t
     for (int h = 0; h < 2; ++h) {
       I16 ip[MT];
       if constexpr (Iq4) {
-        dot_iq4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
+        dot_iq4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, values, ip);
       } else {
         dot_int8_group<MT>(reinterpret_cast<const int8_t*>(wt) + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k,
                            ip);
@@ -305,20 +305,21 @@ void int8_tiles(const int8_t* q, const at::Half* d, int64_t n, int64_t t0, int64
                 T* y) {
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(q);
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    byte_value_tile<decltype(mt)::value, false, false>(codes, d, n, t, xq, m0, y);
+    byte_value_tile<decltype(mt)::value, false, false>(codes, d, kIq4Values, n, t, xq, m0, y);
   });
 }
 
-// int4 codes into IQ4_NL's values: codes [N/16, K/32, 256] (int4's nibbles, a group's 8 k-quads in a row), d per
+// int4 codes into 16 int8 values: codes [N/16, K/32, 256] (int4's nibbles, a group's 8 k-quads in a row), d per
 // 32; xs: [N/16, K/32, 272], each group's codes then the tile's 16 int8 scales, d per 256
 template <typename T>
-void iq4_tiles(const uint8_t* codes, const at::Half* d, bool xs, int64_t n, int64_t t0, int64_t t1,
-               const QuantizedX& xq, int64_t m, T* y) {
+void iq4_tiles(const uint8_t* codes, const at::Half* d, const int8_t* values, bool xs, int64_t n, int64_t t0,
+               int64_t t1, const QuantizedX& xq, int64_t m, T* y) {
+  const Iq4Table table = biased_values(values, kIq4Bias);  // as this path's dot product takes them
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
     if (xs) {
-      byte_value_tile<decltype(mt)::value, true, true>(codes, d, n, t, xq, m0, y);
+      byte_value_tile<decltype(mt)::value, true, true>(codes, d, table, n, t, xq, m0, y);
     } else {
-      byte_value_tile<decltype(mt)::value, true, false>(codes, d, n, t, xq, m0, y);
+      byte_value_tile<decltype(mt)::value, true, false>(codes, d, table, n, t, xq, m0, y);
     }
   });
 }

@@ -14,10 +14,10 @@
 
 namespace radixlm_cpu {
 
-// A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty; or IQ4 codes and d), int5 (bits 5: codes,
-// d, mn), int6 (bits 6: codes with their sub-block scales, d per 256), int3 (bits 3: likewise), int2 (bits 2:
-// likewise, and -dmin), int8 (bits 8: q, d per group of 32) or dense (bits 16: the [N / 16, K, 16] tiles in x's
-// dtype). cpu_matmul.cpp has the layouts.
+// A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty; or IQ4 codes, d and in mn their values or
+// nothing), int5 (bits 5: codes, d, mn), int6 (bits 6: codes with their sub-block scales, d per 256), int3 (bits 3:
+// likewise), int2 (bits 2: likewise, and -dmin), int8 (bits 8: q, d per group of 32) or dense (bits 16: the
+// [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
 struct QuantWeightRef {
   int64_t bits;
   at::Tensor data, scales, mins;
@@ -26,7 +26,7 @@ struct QuantWeightRef {
   int64_t nbytes() const {  // what a pass over it reads
     return data.nbytes() + scales.nbytes() + (mins.defined() ? mins.nbytes() : 0);
   }
-  bool iq4() const {  // int4 codes indexing IQ4_NL's values: [N / 16, K / 32, 256] with d per 32, or IQ4_XS's
+  bool iq4() const {  // int4 codes indexing 16 values: [N / 16, K / 32, 256] with d per 32, or IQ4_XS's
     return bits == 4 && data.dim() == 3 && (data.size(2) == 256 || iq4_xs());
   }
   bool iq4_xs() const {  // [N / 16, K / 32, 272]: each group's codes then 16 int8 scales, d per 256

@@ -106,9 +106,10 @@ std::vector<T> random_rows(int64_t n, float scale) {
 }
 
 // x [M, K] quantized, then int4 (with and without minimums), int5, int6, int8, int3 and int2 tiles, int4 and int5 in the
-// K-quant layout too, int4 in the IQ4 layout; M covers every row run
+// K-quant layout too, int4 in the IQ4 layout (IQ4_NL's values and a grid's); M covers every row run
 template <typename T>
 void check_matmuls(int64_t m, const char* dtype) {
+  static const int8_t kGrid[16] = {-43, -25, -8, 8, 25, 43, -9, -7, -1, 1, 7, 9, 0, 0, 0, 0};  // GRID_VALUES
   const int64_t k = 256, n = 48, nb = k / 64;
   const std::vector<T> x = random_rows<T>(m * k, 2.f);
   std::vector<uint8_t> codes(n / 16 * (k / 4) * 32), codes5(n / 16 * (k / 4) * 40), codes6(n / 16 * (k / 16) * 208);
@@ -132,7 +133,7 @@ void check_matmuls(int64_t m, const char* dtype) {
     xq_q.assign(m * k, 0);
     const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb};
     quantize(x.data(), 0, m, 0, nb, xq);
-    y.assign(11, std::vector<T>(m * n));
+    y.assign(12, std::vector<T>(m * n));
     int4(codes.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[0].data());
     int4(codes.data(), d.data(), nullptr, false, n, 0, n / 16, xq, m, y[1].data());
     int5(codes5.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[2].data());
@@ -141,8 +142,9 @@ void check_matmuls(int64_t m, const char* dtype) {
     int4(k4.data(), d8.data(), mn.data(), true, n, 0, n / 16, xq, m, y[5].data());  // d8, mn: d, -dmin per 256
     int5(k5.data(), d8.data(), mn.data(), true, n, 0, n / 16, xq, m, y[6].data());
     int3(codes3.data(), d8.data(), n, 0, n / 16, xq, m, y[7].data());
-    iq4(codes.data(), d8.data(), false, n, 0, n / 16, xq, m, y[8].data());  // int4's bytes as IQ4 codes
-    iq4(k4.data(), d8.data(), true, n, 0, n / 16, xq, m, y[9].data());  // IQ4_XS: 272 of k4's 288 bytes a group
+    iq4(codes.data(), d8.data(), kIq4Values.v, false, n, 0, n / 16, xq, m, y[8].data());  // int4's bytes as codes
+    iq4(k4.data(), d8.data(), kIq4Values.v, true, n, 0, n / 16, xq, m, y[9].data());  // IQ4_XS: 272 of k4's 288
+    iq4(k4.data(), d8.data(), kGrid, true, n, 0, n / 16, xq, m, y[11].data());  // the same codes into a grid's values
     int2(codes6.data(), d8.data(), mn.data(), n, 0, n / 16, xq, m, y[10].data());  // 96 of codes6's 208 a sub-block
   };
   std::vector<int8_t> pq, nq;
@@ -155,10 +157,11 @@ void check_matmuls(int64_t m, const char* dtype) {
       radixlm_path::iq4_tiles<T>, radixlm_path::int2_tiles<T>, nq, o);
   const std::string tag = std::string(dtype) + " M=" + std::to_string(m);
   expect_same(("quantize x " + tag).c_str(), pq, nq);
-  const char* names[11] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
+  const char* names[12] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
                            "int4 matmul, K-quant layout ", "int5 matmul, K-quant layout ", "int3 matmul ",
-                           "int4 matmul, IQ4 layout ", "int4 matmul, IQ4_XS layout ", "int2 matmul "};
-  for (int w = 0; w < 11; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
+                           "int4 matmul, IQ4 layout ", "int4 matmul, IQ4_XS layout ", "int2 matmul ",
+                           "int4 matmul, IQ4_XS layout, grid values "};
+  for (int w = 0; w < 12; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
 }
 
 // one extend task (n tokens x G heads) over scattered slots of a head-major pool, D = 64

@@ -14,21 +14,18 @@ constexpr int64_t sub_quad_bytes(int64_t bits) { return bits == 6 ? 48 : bits ==
 constexpr int64_t sub_block_bytes(int64_t bits) { return 4 * sub_quad_bytes(bits) + (bits == 2 ? 32 : 16); }
 // the codes' offset: w = d sc (q - offset) (int2: d sc q less its minimum, no offset)
 constexpr int32_t sub_offset(int64_t bits) { return bits == 6 ? 32 : bits == 3 ? 4 : 0; }
-// IQ4_NL's 16 values, which the codes of GGUF's IQ4_NL and IQ4_XS index (cpu_matmul.py's IQ4_VALUES), and the same
-// plus 128 as unsigned bytes (for vpdpbusd, which multiplies unsigned by signed bytes)
+// The IQ4 layout's codes index a table of 16 int8 values: IQ4_NL's (the codes of GGUF's IQ4_NL and IQ4_XS;
+// cpu_matmul.py's IQ4_VALUES) unless the weight brings its own (cpu_matmul.py's GRID_VALUES)
 struct Iq4Table {
   alignas(16) int8_t v[16];
 };
 inline constexpr Iq4Table kIq4Values = {{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}};
-struct Iq4Biased {
-  alignas(16) uint8_t v[16];
-};
-constexpr Iq4Biased iq4_biased() {
-  Iq4Biased t{};
-  for (int i = 0; i < 16; ++i) t.v[i] = static_cast<uint8_t>(kIq4Values.v[i] + 128);
+// values + bias as bytes (a path whose dot product multiplies unsigned bytes takes them biased by 128)
+inline Iq4Table biased_values(const int8_t* values, int32_t bias) {
+  Iq4Table t;
+  for (int i = 0; i < 16; ++i) t.v[i] = static_cast<int8_t>(static_cast<uint8_t>(values[i] + bias));
   return t;
 }
-inline constexpr Iq4Biased kIq4Biased = iq4_biased();
 
 // x quantized per 64-block for the quantized matmuls: q [M, K] int8, a [M, K / 64] (the block's scale), s (int32)
 // and t = a * s (float) [M, K / 32] per group of 32, s16 (int16, |s16| <= 2,032) [M, K / 16] per 16 (the sub-block
@@ -110,7 +107,8 @@ struct AttentionTask {
 
 }  // namespace radixlm_cpu
 
-using radixlm_cpu::kIq4Biased;
+using radixlm_cpu::biased_values;
+using radixlm_cpu::Iq4Table;
 using radixlm_cpu::kIq4Values;
 using radixlm_cpu::QuantizedX;
 using radixlm_cpu::sub_block_bytes;

@@ -165,9 +165,9 @@ inline __m256i acc_int32(__m256i acc) { return sum4(acc); }
 // ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], x_i = x + i k_stride, where
 // decode(quad, &c_lo, &c_hi) gives a k-quad's 64 unsigned codes as bytes (lanes 0-31, 32-63). The int16 sums
 // (maddubs' pairs) run over Run k-quads before acc_int32 widens them: Run * 2 * max code * 127 < 32,768.
-using QuadDecoder = void (*)(const uint8_t*, __m256i*, __m256i*);
-template <int MT, int Quads, int Run, int Bytes, QuadDecoder decode>
-inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+// dot_codes for a decoder that is a plain function.
+template <int MT, int Quads, int Run, int Bytes, typename Decode>
+inline void dot_decoded(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
   for (int run = 0; run < Quads / Run; ++run) {
     __m256i lo[MT], hi[MT];
@@ -187,6 +187,12 @@ inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I
       ip[i].hi = _mm256_add_epi32(ip[i].hi, acc_int32(hi[i]));
     }
   }
+}
+using QuadDecoder = void (*)(const uint8_t*, __m256i*, __m256i*);
+template <int MT, int Quads, int Run, int Bytes, QuadDecoder decode>
+inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_decoded<MT, Quads, Run, Bytes>(codes, x, k_stride, ip,
+                                     [](const uint8_t* quad, __m256i* lo, __m256i* hi) { decode(quad, lo, hi); });
 }
 // a k-quad's int4 codes: bytes 0-31 hold lanes 0-31 in their low nibbles, lanes 32-63 in their high ones
 inline void int4_quad(const uint8_t* quad, __m256i* c_lo, __m256i* c_hi) {
@@ -289,8 +295,8 @@ inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
   return {_mm256_add_epi32(acc.lo, _mm256_madd_epi16(w.lo, xv)), _mm256_add_epi32(acc.hi, _mm256_madd_epi16(w.hi, xv))};
 #endif
 }
-// The int8-valued weights, int8 (a k-quad's 64 bytes: rows 0-7, then 8-15) and IQ4 (int4 codes looked up in
-// IQ4_NL's values); a decoder gives a k-quad's 64 values as int4_quad gives codes.
+// The int8-valued weights, int8 (a k-quad's 64 bytes: rows 0-7, then 8-15) and IQ4 (int4 codes looked up in the
+// layout's 16 values); a decoder gives a k-quad's 64 values as int4_quad gives codes.
 #ifdef RADIXLM_DPBUSD256
 // VNNI multiplies unsigned by signed bytes: the values come biased by 128, and the tile subtracts 128 sum(x) per group
 constexpr int32_t kInt8Bias = 128, kIq4Bias = 128;
@@ -299,16 +305,10 @@ inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
   *w_lo = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)), flip);
   *w_hi = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32)), flip);
 }
-inline void iq4_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Biased.v)));
-  int4_quad(quad, w_lo, w_hi);
-  *w_lo = _mm256_shuffle_epi8(table, *w_lo);
-  *w_hi = _mm256_shuffle_epi8(table, *w_hi);
-}
 // ip[i]_j = sum over one group of 32 k (8 k-quads of Bytes bytes) of (w[j][k] + 128) x_i[k]
-template <int MT, int Bytes, QuadDecoder decode>
-inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 8, 8, Bytes, decode>(codes, x, k_stride, ip);
+template <int MT, int Bytes, typename Decode>
+inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
+  dot_decoded<MT, 8, 8, Bytes>(codes, x, k_stride, ip, decode);
 }
 #else
 // signed values in [-127, 127]: |w| times x with w's sign (maddubs pairs at most 2 * 127 * 127, a maddwd a k-quad)
@@ -317,15 +317,9 @@ inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
   *w_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
   *w_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32));
 }
-inline void iq4_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Values.v)));
-  int4_quad(quad, w_lo, w_hi);
-  *w_lo = _mm256_shuffle_epi8(table, *w_lo);
-  *w_hi = _mm256_shuffle_epi8(table, *w_hi);
-}
 // ip[i]_j = sum over one group of 32 k (8 k-quads of Bytes bytes) of w[j][k] x_i[k], exact
-template <int MT, int Bytes, QuadDecoder decode>
-inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+template <int MT, int Bytes, typename Decode>
+inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
   for (int kq = 0; kq < 8; ++kq) {
     __m256i w0, w1;
@@ -342,12 +336,19 @@ inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_st
 // one group of 32 k of int8 weights (8 k-quads of 16 rows x 4 int8), less the bias times sum(x) (kInt8Bias)
 template <int MT>
 inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_values_group<MT, 64, int8_quad>(reinterpret_cast<const uint8_t*>(q), x, k_stride, ip);
+  dot_values_group<MT, 64>(reinterpret_cast<const uint8_t*>(q), x, k_stride, ip,
+                           [](const uint8_t* quad, __m256i* lo, __m256i* hi) { int8_quad(quad, lo, hi); });
 }
-// one group of 32 k of IQ4 codes (8 k-quads of int4's 32 bytes, indices into the values), less kIq4Bias sum(x)
+// one group of 32 k of IQ4 codes (8 k-quads of int4's 32 bytes, indices into the 16 values, biased by kIq4Bias),
+// less kIq4Bias sum(x)
 template <int MT>
-inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_values_group<MT, 32, iq4_quad>(codes, x, k_stride, ip);
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(values.v)));
+  dot_values_group<MT, 32>(codes, x, k_stride, ip, [table](const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
+    int4_quad(quad, w_lo, w_hi);
+    *w_lo = _mm256_shuffle_epi8(table, *w_lo);
+    *w_hi = _mm256_shuffle_epi8(table, *w_hi);
+  });
 }
 inline I16 isub_scalar(I16 a, int32_t x) {
   const __m256i v = _mm256_set1_epi32(x);

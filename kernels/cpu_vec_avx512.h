@@ -105,10 +105,9 @@ inline __m512i int4_quad(const uint8_t* p) {
   return _mm512_and_si512(both, _mm512_set1_epi8(0x0F));
 }
 // ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], x_i = x + i k_stride, where decode(quad)
-// gives a k-quad's 64 unsigned codes as bytes (VNNI)
-using QuadDecoder = __m512i (*)(const uint8_t*);
-template <int MT, int Quads, int Bytes, QuadDecoder decode>
-inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+// gives a k-quad's 64 unsigned codes as bytes (VNNI); dot_codes for a decoder that is a plain function
+template <int MT, int Quads, int Bytes, typename Decode>
+inline void dot_decoded(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
 #pragma GCC unroll 8
   for (int kq = 0; kq < Quads; ++kq) {
@@ -117,6 +116,11 @@ inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I
       ip[i].v = _mm512_dpbusd_epi32(ip[i].v, wq, _mm512_set1_epi32(four_bytes(x + i * k_stride + 4 * kq)));
     }
   }
+}
+using QuadDecoder = __m512i (*)(const uint8_t*);
+template <int MT, int Quads, int Bytes, QuadDecoder decode>
+inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_decoded<MT, Quads, Bytes>(codes, x, k_stride, ip, [](const uint8_t* p) { return decode(p); });
 }
 // one group of 32 k (8 k-quads of 32 bytes)
 template <int MT>
@@ -169,16 +173,15 @@ template <int MT>
 inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_codes<MT, 4, sub_quad_bytes(3), int3_quad>(codes, x, k_stride, ip);
 }
-// IQ4_NL's 16 values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x) per group
+// The IQ4 layout's values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x)
+// per group
 constexpr int32_t kIq4Bias = 128;
-inline __m512i iq4_quad(const uint8_t* p) {
-  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Biased.v)));
-  return _mm512_shuffle_epi8(table, int4_quad(p));
-}
-// one group of 32 k (8 k-quads of int4's 32 bytes, the codes indices into the values)
+// one group of 32 k (8 k-quads of int4's 32 bytes, the codes indices into the 16 biased values)
 template <int MT>
-inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 8, 32, iq4_quad>(codes, x, k_stride, ip);
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(values.v)));
+  dot_decoded<MT, 8, 32>(codes, x, k_stride, ip,
+                         [table](const uint8_t* p) { return _mm512_shuffle_epi8(table, int4_quad(p)); });
 }
 inline I16 widen_int8(const int8_t* p) { return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
 inline I16 imadd(I16 a, I16 b, I16 c) { return {_mm512_add_epi32(_mm512_mullo_epi32(a.v, b.v), c.v)}; }  // a b + c

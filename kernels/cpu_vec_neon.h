@@ -159,9 +159,8 @@ inline int8x16_t four_bytes(const int8_t* p) {  // x[0..3] in every 32-bit lane
 // ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], where decode(quad, w) gives a k-quad's
 // 64 codes as four vectors of bytes: rows 0-3, 4-7 (the low nibbles of bytes 0-15, 16-31), 8-11, 12-15 (their high
 // nibbles), 4 consecutive k each, so sdot against x's 4 bytes gives 4 rows. Codes below 128 are valid int8.
-using QuadDecoder = void (*)(const uint8_t*, int8x16_t*);
-template <int MT, int Quads, int Bytes, QuadDecoder decode>
-inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+template <int MT, int Quads, int Bytes, typename Decode>
+inline void dot_decoded(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
   for (int kq = 0; kq < Quads; ++kq) {
     int8x16_t w[4];
@@ -171,6 +170,11 @@ inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I
       for (int j = 0; j < 4; ++j) ip[i].q[j] = vdotq_s32(ip[i].q[j], w[j], xb);
     }
   }
+}
+using QuadDecoder = void (*)(const uint8_t*, int8x16_t*);
+template <int MT, int Quads, int Bytes, QuadDecoder decode>
+inline void dot_codes(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+  dot_decoded<MT, Quads, Bytes>(codes, x, k_stride, ip, [](const uint8_t* quad, int8x16_t* w) { decode(quad, w); });
 }
 inline void int4_quad(const uint8_t* quad, int8x16_t* w) {
   const uint8x16_t low = vdupq_n_u8(0x0F), c0 = vld1q_u8(quad), c1 = vld1q_u8(quad + 16);
@@ -282,17 +286,16 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
     }
   }
 }
-// IQ4_NL's 16 values as signed bytes (sdot multiplies them as they are)
+// The IQ4 layout's 16 values as signed bytes (sdot multiplies them as they are)
 constexpr int32_t kIq4Bias = 0;
-inline void iq4_quad(const uint8_t* quad, int8x16_t* w) {
-  const int8x16_t table = vld1q_s8(kIq4Values.v);
-  int4_quad(quad, w);
-  for (int j = 0; j < 4; ++j) w[j] = vqtbl1q_s8(table, vreinterpretq_u8_s8(w[j]));
-}
 // one group of 32 k (8 k-quads of int4's 32 bytes, the codes indices into the values)
 template <int MT>
-inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes<MT, 8, 32, iq4_quad>(codes, x, k_stride, ip);
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  const int8x16_t table = vld1q_s8(values.v);
+  dot_decoded<MT, 8, 32>(codes, x, k_stride, ip, [table](const uint8_t* quad, int8x16_t* w) {
+    int4_quad(quad, w);
+    for (int j = 0; j < 4; ++j) w[j] = vqtbl1q_s8(table, vreinterpretq_u8_s8(w[j]));
+  });
 }
 inline I16 isub_scalar(I16 a, int32_t x) {
   const int32x4_t v = vdupq_n_s32(x);

@@ -143,9 +143,10 @@ inline int quad_code(const uint8_t* c, int lane) {
   return Bits == 5 ? nibble | (((c[32 + lane / 8] >> (lane % 8)) & 1) << 4) : nibble;
 }
 // ip[i]_j = sum over Quads k-quads of codes (32 bytes each for int4, 40 for int5, 48 for int6, 24 for int3, 16 for
-// int2) of w[j][k] x_i[k], w the code itself, or (Iq4) IQ4_NL's value it indexes
-template <int MT, int Bits, int Quads = 8, bool Iq4 = false>
-inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
+// int2) of w[j][k] x_i[k], w the code itself, or the value it indexes in `values` where given
+template <int MT, int Bits, int Quads = 8>
+inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip,
+                            const int8_t* values = nullptr) {
   constexpr int kQuad = Bits == 5 ? 40 : Bits == 4 ? 32 : sub_quad_bytes(Bits);
   for (int i = 0; i < MT; ++i) {
     ip[i] = I16{};
@@ -153,7 +154,7 @@ inline void dot_codes_group(const uint8_t* codes, const int8_t* x, int64_t k_str
       const int8_t* xi = x + i * k_stride + 4 * kq;
       for (int lane = 0; lane < 64; ++lane) {
         const int code = quad_code<Bits>(codes + kQuad * kq, lane);
-        ip[i].v[lane / 4] += (Iq4 ? kIq4Values.v[code] : code) * xi[lane % 4];
+        ip[i].v[lane / 4] += (values ? values[code] : code) * xi[lane % 4];
       }
     }
   }
@@ -218,11 +219,11 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
     }
   }
 }
-// IQ4_NL's 16 values (the codes of GGUF's IQ4_NL and IQ4_XS index them), multiplied as they are
+// the IQ4 layout's 16 values, multiplied as they are
 constexpr int32_t kIq4Bias = 0;
 template <int MT>
-inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip) {
-  dot_codes_group<MT, 4, 8, true>(codes, x, k_stride, ip);
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_codes_group<MT, 4, 8>(codes, x, k_stride, ip, values.v);
 }
 inline I16 isub_scalar(I16 a, int32_t x) {
   for (int i = 0; i < 16; ++i) a.v[i] -= x;

@@ -133,9 +133,11 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
     cases = [(ck.int4_linear(x, codes, d, mn, isa(path)), ck.int4_linear_torch(x, codes, d, mn)),
              (ck.int4_linear(x, iq4, diq4, None, isa(path)), ck.int4_linear_torch(x, iq4, diq4, None)),
              (ck.int8_linear(x, q8, d8, isa(path)), ck.int8_linear_torch(x, q8, d8))]
-    if k % 256 == 0:  # IQ4_XS: an int8 scale per 32, d per 256
+    if k % 256 == 0:  # IQ4_XS: an int8 scale per 32, d per 256; the same codes into GRID_VALUES (IQ2_XXS, IQ1_S)
         xs, dxs = ck.pack_iq4(q4, d4[:, ::8] / 32, torch.randint(-32, 32, d4.shape, generator=gen))
         cases.append((ck.int4_linear(x, xs, dxs, None, isa(path)), ck.int4_linear_torch(x, xs, dxs, None)))
+        grid = ck.GRID_VALUES
+        cases.append((ck.int4_linear(x, xs, dxs, grid, isa(path)), ck.int4_linear_torch(x, xs, dxs, grid)))
     for got, want in cases:
         assert got.dtype == dtype and got.shape == (rows, n)
         assert_close_to_reference(got, want)
@@ -145,7 +147,8 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
     """Every path gives the same bits, and a row's result is the same alone or in any batch (the rows of
-    x come in runs of 8 / 4 / 2 / 1 through different tile sizes): int4, int8, int4 in the IQ4 layout."""
+    x come in runs of 8 / 4 / 2 / 1 through different tile sizes): int4, int8, int4 in the IQ4 layout (IQ4_NL's
+    values and GRID_VALUES)."""
     gen = torch.Generator().manual_seed(7)
     q4, d4, mn4 = _int4_weight(64, 1536, gen)
     q4[:, :32] = 0  # IQ4's -127 where x is 127 below (the products at their largest)
@@ -157,7 +160,8 @@ def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
     x[:, :32] = 100.0
     for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, d8, i),
                 lambda i, xs: ck.int4_linear(xs, iq4, diq4, None, i),
-                lambda i, xs: ck.int4_linear(xs, xs4, dxs4, None, i)):
+                lambda i, xs: ck.int4_linear(xs, xs4, dxs4, None, i),
+                lambda i, xs: ck.int4_linear(xs, xs4, dxs4, ck.GRID_VALUES, i)):
         full = same_on_every_path(lambda i, run=run: run(i, x))
         best = isa(cpu_ext.supported()[-1])
         for r in (0, 5, 12):
@@ -219,6 +223,8 @@ def test_matmuls_reject_bad_inputs_with_a_message():
     iq4, diq4 = ck.pack_iq4(torch.zeros(16, 128, dtype=torch.uint8), torch.ones(16, 4))
     with pytest.raises(RuntimeError, match="IQ4 layout"):  # IQ4 codes take no minimums
         ck.int4_linear(torch.zeros(1, 128), iq4, diq4, mn, 0)
+    with pytest.raises(RuntimeError, match="int8 \\[16\\] table"):  # ... but a table of 16 values
+        ck.int4_linear(torch.zeros(1, 128), iq4, diq4, ck.GRID_VALUES[:8], 0)
 
 
 def _decode_case(dtype, d, heads, gen):

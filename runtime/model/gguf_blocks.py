@@ -4,13 +4,14 @@ Every quantized GGUF type loads at the width closest to the file's:
 - Q2_K -> int2, its own form: w = d sc q - dmin m, q in [0, 3], 4-bit sc and m per 16, d and dmin per 256;
 - Q3_K -> int3, its own form: w = d sc (q - 4), q in [0, 7], an int8 sc per 16, d per 256;
 - IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values: w = d kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8
-  sc per 32, d per 256;
+  sc per 32, d per 256; IQ2_XXS and IQ1_S likewise into their grids' values (cpu_matmul.GRID_VALUES, d / 8);
 - the other 4-bit types -> int4 (w = d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (q in [0, 31]);
 - Q6_K -> int6, its own form: w = d sc (q - 32), q in [0, 63], sc and d as int3's; 8 bits -> int8 (w = d q);
 - types with no form of their own, in the nearest one that holds them: TQ1_0 / TQ2_0 (ternary) in Q2_K's, IQ3_S in
-  Q4_K's, IQ3_XXS in Q6_K's (gguf_iq.py decodes both IQ3s); IQ1 / IQ2 widened to int8 from their float32 values.
+  Q4_K's, IQ3_XXS in Q6_K's (gguf_iq.py decodes them and IQ2_XXS / IQ1_S); IQ1_M, IQ2_XS and IQ2_S (scales per 16)
+  widened to int8 from their float32 values.
 Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL, IQ4_XS, IQ3_XXS and
-the TQ types bit for bit, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
+the TQ types bit for bit, IQ2_XXS and IQ1_S but where d / 8 falls below float16's normal range, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
 IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
 stack of forms no kernel layout shares goes through its float32 values, quantized per group of 32 (int4_codes /
 int8_codes).
@@ -23,19 +24,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from radixlm.kernels.cpu_matmul import IQ4_VALUES
-from radixlm.runtime.model.gguf_iq import iq3_s_codes, iq3_xxs_codes
+from radixlm.kernels.cpu_matmul import GRID_VALUES, IQ4_VALUES
+from radixlm.runtime.model.gguf_iq import iq1_s_codes, iq2_xxs_codes, iq3_s_codes, iq3_xxs_codes
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 TWO_BIT = frozenset({"Q2_K", "TQ1_0", "TQ2_0"})  # GGUF types kept as int2 (the ternary ones exactly: q - 1)
 THREE_BIT = frozenset({"Q3_K"})  # ... as int3
-FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S"})  # ... as int4
+GRIDS = {"IQ2_XXS": iq2_xxs_codes, "IQ1_S": iq1_s_codes}  # codes into GRID_VALUES, in the IQ4_XS layout
+FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S", *GRIDS})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K", "IQ3_XXS"})  # ... as int6
-# IQ1 / IQ2 have no form of their own here (IQ3_S and IQ3_XXS do, exactly: gguf_iq.py): their values (a few grid
-# points times a scale per 32 or 256) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8,
-# at 8.5 bits a weight where the file holds 1.6 to 2.6
-WIDENED = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S"})
+# IQ1_M, IQ2_XS and IQ2_S have no form here (their scales per 16 fit no IQ4 layout): their values (a few grid points
+# times a scale per 16) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8, at 8.5 bits a
+# weight where the file holds 1.75 to 2.6
+WIDENED = frozenset({"IQ1_M", "IQ2_XS", "IQ2_S"})
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"}) | WIDENED  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
@@ -85,7 +87,8 @@ class QuantBlocks:
     w = d q, q in [-127, 127]; 6 bits (Q6_K): w = d sub (q - 32), q in [0, 63], sub per 16 along K, d per 256;
     3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'; 2 bits (Q2_K): w = d sc q - dmin m, its
     scales in kq (per 16); iq4 (4 bits, IQ4_NL / IQ4_XS): w = d
-    kv[q] with kv IQ4_NL's values (cpu_matmul.IQ4_VALUES), or w = d sub kv[q] with sub per 32, d per 256 (IQ4_XS)."""
+    kv[q] with kv IQ4_NL's values (cpu_matmul.IQ4_VALUES), or w = d sub kv[q] with sub per 32, d per 256 (IQ4_XS);
+    grid: kv GRID_VALUES (IQ2_XXS, IQ1_S, in IQ4_XS's form)."""
 
     q: torch.Tensor  # [N, K] uint8 (2 - 6 bits) or int8 (8 bits)
     d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 2, 3 and 6 bits, and IQ4_XS)
@@ -94,11 +97,19 @@ class QuantBlocks:
     sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]
     kq: KScales | None = None  # Q4_K / Q5_K / Q2_K: their own scales
     iq4: bool = False  # 4-bit codes indexing IQ4_NL's values (d per 32, or per 256 with sub)
+    grid: bool = False  # iq4's codes index GRID_VALUES instead
 
     @property
     def form(self) -> str:
         """What parts must share to stack as they are: the width, and for 4 bits the IQ4 forms apart."""
+        if self.grid:
+            return "grid"
         return ("iq4_xs" if self.sub is not None else "iq4_nl") if self.iq4 else f"int{self.bits}"
+
+    @property
+    def values(self) -> torch.Tensor:
+        """The 16 int8 values IQ4 codes index."""
+        return GRID_VALUES if self.grid else IQ4_VALUES
 
     @classmethod
     def from_gguf(cls, raw: np.ndarray, qtype: str, shape: list[int]) -> QuantBlocks:
@@ -121,6 +132,9 @@ class QuantBlocks:
             return _iq3_s_blocks(data, n, k)
         if qtype == "IQ3_XXS":
             return _iq3_xxs_blocks(data, n, k)
+        if qtype in GRIDS:
+            q, sc, d = (torch.from_numpy(a) for a in GRIDS[qtype](data, n, k))
+            return cls(q, d.half(), None, 4, sc, iq4=True, grid=True)
         if qtype in _IQ4_BYTES:
             per = 32 if qtype == "IQ4_NL" else 256
             return _iq4_blocks(data.reshape(n * k // per, _IQ4_BYTES[qtype]), n, k)
@@ -170,7 +184,8 @@ class QuantBlocks:
         if any(p.iq4 for p in parts):
             if len({p.form for p in parts}) == 1 and bits in (None, 4):
                 sub = None if parts[0].sub is None else torch.cat([p.sub for p in parts])
-                return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), None, 4, sub, iq4=True)
+                return cls(torch.cat([p.q for p in parts]), torch.cat([p.d for p in parts]), None, 4, sub, iq4=True,
+                           grid=parts[0].grid)
             parts = [QuantBlocks.from_float(p.dequantize(), bits or 8) if p.iq4 else p for p in parts]
         widths = {p.bits for p in parts}
         bits = bits or (max(widths) if len(widths) == 1 or widths == {3, 6} or not widths & OWN_FORMS else 8)
@@ -211,7 +226,7 @@ class QuantBlocks:
     def take_rows(self, index: torch.Tensor) -> QuantBlocks:
         return QuantBlocks(self.q[index], self.d[index], None if self.m is None else self.m[index], self.bits,
                            None if self.sub is None else self.sub[index],
-                           None if self.kq is None else self.kq.take_rows(index), self.iq4)
+                           None if self.kq is None else self.kq.take_rows(index), self.iq4, self.grid)
 
     def dequantize(self) -> torch.Tensor:
         """-> w [N, K] float32."""
@@ -220,7 +235,7 @@ class QuantBlocks:
             return self.kq.dequantize(self.q)
         if self.iq4:
             d = self.d.float() if self.sub is None else self.d.float().repeat_interleave(8, 1) * self.sub.float()
-            return (IQ4_VALUES[self.q.long()].float().view(n, k // 32, 32) * d[..., None]).view(n, k)
+            return (self.values[self.q.long()].float().view(n, k // 32, 32) * d[..., None]).view(n, k)
         if self.bits in OWN_FORMS:
             w = (self.q.float() - 2 ** (self.bits - 1)).view(n, k // 16, 16) * self.sub.float()[..., None]
             return (w.view(n, k // 256, 256) * self.d.float()[..., None]).view(n, k)

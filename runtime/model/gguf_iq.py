@@ -1,8 +1,11 @@
-"""GGUF's IQ3 types decoded from their own bytes into codes a kernel form of ours holds exactly (numpy only).
+"""GGUF's IQ3, IQ2_XXS and IQ1_S types decoded from their own bytes into codes a kernel form of ours holds exactly
+(numpy only).
 
-Both are grids of 4 bytes a point with a sign a weight, scaled by d (1 + 2 s) / c per group of 32 (d float16 per
-256, s 4-bit): IQ3_S's grid holds the odd integers 1 .. 15 (c = 1), IQ3_XXS's 4, 12, .., 52 and 62 (c = 4). Their
-grid tables are gguf's (iq3s_grid, iq3xxs_grid), and IQ3_XXS's sign bytes gguf's ksigns.
+The IQ3s are grids of 4 bytes a point with a sign a weight, scaled by d (1 + 2 s) / c per group of 32 (d float16
+per 256, s 4-bit): IQ3_S's grid holds the odd integers 1 .. 15 (c = 1), IQ3_XXS's 4, 12, .., 52 and 62 (c = 4).
+IQ2_XXS's grid points are 8 bytes of 8, 25 or 43 with a sign a weight (c = 8, s 4-bit); IQ1_S's are 8 of -1, 0
+or 1 plus a delta of -+ 1 / 8 per group (c = 1, s 3-bit). Their grid tables are gguf's (iq3s_grid, iq3xxs_grid,
+iq2xxs_grid, iq1s_grid), and the sign bytes gguf's ksigns.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ import numpy as np
 
 IQ3_S_BYTES = 110  # d float16, 64 bytes of grid indices' low bits, 8 of their high bits, 32 of signs, 4 of scales
 IQ3_XXS_BYTES = 98  # d float16, 64 bytes of grid indices, 8 uint32 of 4 x 7 sign bits and a 4-bit scale
+IQ2_XXS_BYTES = 66  # d float16, then per group of 32: 4 grid indices, a uint32 of 4 x 7 sign bits and a 4-bit scale
+IQ1_S_BYTES = 50  # d float16, 32 bytes of grid indices' low bits, 8 uint16 of their high bits, a scale and a delta
+# GRID_VALUES' codes (cpu_matmul.py): -43, -25, -8, 8, 25, 43, then -9, -7, -1, 1, 7, 9 at 6 .. 11
+_IQ2_CODE = {-43: 0, -25: 1, -8: 2, 8: 3, 25: 4, 43: 5}
 
 
 def _signed(points: np.ndarray, signs: np.ndarray) -> np.ndarray:
@@ -56,3 +63,50 @@ def iq3_xxs_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndar
     sc = (1 + 2 * (words >> 28)).astype(np.int8)
     d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)
     return (g // 2 + 32).astype(np.uint8).reshape(n, k), sc.reshape(n, -1), d.reshape(n, -1)
+
+
+def _codes(values: np.ndarray, table: dict[int, int]) -> np.ndarray:
+    """Integer values -> their codes in ``table`` (uint8)."""
+    lookup = np.zeros(max(table) - min(table) + 1, dtype=np.uint8)
+    for v, c in table.items():
+        lookup[v - min(table)] = c
+    return lookup[values - min(table)]
+
+
+def iq2_xxs_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """IQ2_XXS super-blocks of an [n, k] weight -> (q uint8 [n, k] in [0, 5], sc int8 [n, k / 32], d float32 [n, k /
+    256]) with w = (d / 8) sc GRID_VALUES[q], exactly: group j's 8 bytes are 4 grid indices (weights 8 p .. 8 p + 7
+    are grid point p's bytes) and a uint32 with 4 x 7 sign bits (ksigns adds the parity) and s_j in bits 28-31;
+    gguf's d (0.5 + s) / 4 is (d / 8) (1 + 2 s)."""
+    from gguf.quants import IQ2_XXS
+
+    IQ2_XXS.init_grid()
+    grid = IQ2_XXS.grid.reshape(256, 8).astype(np.uint8)
+    blocks = data.reshape(n * k // 256, IQ2_XXS_BYTES)
+    groups = blocks[:, 2:].reshape(-1, 8, 8)
+    words = groups[:, :, 4:].copy().view(np.uint32)[..., 0]  # [S, 8]
+    ksigns = np.frombuffer(IQ2_XXS.ksigns, dtype=np.uint8)
+    signs = ksigns[(words[:, :, None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 127]  # [S, 8, 4]
+    g = _signed(grid[groups[:, :, :4]], signs)  # points [S, 8, 4, 8]: as _signed's [S, 8, 8, 4] once flat
+    sc = (1 + 2 * (words >> 28)).astype(np.int8)
+    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32) / 8
+    return _codes(g, _IQ2_CODE).reshape(n, k), sc.reshape(n, -1), d.reshape(n, -1)
+
+
+def iq1_s_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """IQ1_S super-blocks of an [n, k] weight -> (q uint8 [n, k] in [6, 11], sc int8 [n, k / 32], d float32 [n, k /
+    256]) with w = (d / 8) sc GRID_VALUES[q], exactly: group j's weights 8 p .. 8 p + 7 are grid point qs[4 j + p]
+    + 256 (bits 3 p .. 3 p + 2 of qh[j]), with s_j in qh[j]'s bits 12-14 and the delta's sign in bit 15; gguf's
+    d (1 + 2 s) (g -+ 1 / 8) is (d / 8) (1 + 2 s) (8 g -+ 1)."""
+    from gguf.quants import IQ1_S
+
+    IQ1_S.init_grid()
+    grid = IQ1_S.grid.reshape(2048, 8).astype(np.int16)
+    blocks = data.reshape(n * k // 256, IQ1_S_BYTES)
+    qs, qh = blocks[:, 2:34].reshape(-1, 8, 4), blocks[:, 34:50].copy().view(np.uint16)  # [S, 8, 4], [S, 8]
+    point = qs.astype(np.int64) | (((qh[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7) << 8)
+    delta = np.where(qh & 0x8000, -1, 1).astype(np.int16)  # [S, 8]
+    g = 8 * grid[point].reshape(-1, 8, 32) + delta[:, :, None]
+    sc = (1 + 2 * ((qh >> 12) & 7)).astype(np.int8)
+    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32) / 8
+    return _codes(g, {-9: 6, -7: 7, -1: 8, 1: 9, 7: 10, 9: 11}).reshape(n, k), sc.reshape(n, -1), d.reshape(n, -1)

@@ -112,8 +112,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
 
 def native_weight(b: QuantBlocks, act_dtype: torch.dtype, isa: int) -> QuantWeight:
     """Loaded blocks -> the native kernels' weight at their own width, exactly."""
-    if b.iq4:  # IQ4_NL / IQ4_XS: int4 codes into IQ4_NL's values
-        return QuantWeight.from_iq4_codes(b.q, b.d, b.sub, act_dtype, isa)
+    if b.iq4:  # IQ4_NL / IQ4_XS: int4 codes into IQ4_NL's values (IQ2_XXS / IQ1_S: into GRID_VALUES)
+        return QuantWeight.from_iq4_codes(b.q, b.d, b.sub, act_dtype, isa, b.values if b.grid else None)
     if b.kq is not None:  # Q4_K / Q5_K / Q2_K with their own scales (int4 / int5 / int2)
         return QuantWeight.from_kquant(b.q, b.kq, b.bits, act_dtype, isa)
     if b.bits == 4:

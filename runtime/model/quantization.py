@@ -47,7 +47,8 @@ class QuantWeight:
     uint8 [N / 16, K / 16, 208] (codes and sub-block scales), scales float16 [N / 16, K / 256, 16]; int3 (Q3_K only):
     as int6's with [N / 16, K / 16, 112]; int2 (Q2_K only): as int6's with [N / 16, K / 16, 96] and mins -dmin
     like scales; int4 from IQ4_NL / IQ4_XS in the IQ4 layout: data [N / 16, K / 32, 256 or
-    272] (codes indexing IQ4_NL's values; IQ4_XS's int8 scales after each group's), scales float16 per 32 or 256;
+    272] (codes indexing IQ4_NL's values, or with mins an int8 [16] table of its own: IQ2_XXS's and IQ1_S's
+    GRID_VALUES; IQ4_XS's int8 scales after each group's), scales float16 per 32 or 256;
     dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
     models: ``tile_dense``).
@@ -122,13 +123,14 @@ class QuantWeight:
 
     @classmethod
     def from_iq4_codes(cls, q: torch.Tensor, d: torch.Tensor, sub: torch.Tensor | None, act_dtype: torch.dtype,
-                       isa: int) -> QuantWeight:
-        """An IQ4_NL weight given as its codes q [N, K] in [0, 15] and d [N, K / 32] (w = d IQ4_VALUES[q]), or an
-        IQ4_XS one with sub int8 [N, K / 32] and d [N, K / 256] (w = d sub IQ4_VALUES[q]) -> int4 in the native
-        backend's IQ4 layout, exactly."""
+                       isa: int, values: torch.Tensor | None = None) -> QuantWeight:
+        """An IQ4_NL weight given as its codes q [N, K] in [0, 15] and d [N, K / 32] (w = d kv[q]), or an IQ4_XS
+        one with sub int8 [N, K / 32] and d [N, K / 256] (w = d sub kv[q]) -> int4 in the native backend's IQ4
+        layout, exactly; kv IQ4_VALUES, or ``values`` (int8 [16], kept as the weight's mins)."""
         n, k = q.shape
         codes, d16 = native.pack_iq4(q, d, sub)
-        return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", isa=isa)
+        table = None if values is None else values.to(torch.int8).contiguous()
+        return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", table, isa)
 
     @classmethod
     def from_int8_codes(cls, q: torch.Tensor, d: torch.Tensor, act_dtype: torch.dtype, isa: int) -> QuantWeight:
@@ -272,10 +274,11 @@ class QuantWeight:
             q = q | (((plane >> (bit % 8).to(torch.uint8)) & 1) << 4)
         q = q.reshape(ids.shape[0], self.in_features)
         d = self.scales[tile, :, lane].float()  # [T, K / 32], or [T, K / 256] with the K-quant or IQ4_XS layout
-        if self.data.shape[2] in native.IQ4_GROUP_BYTES:  # w = d IQ4_VALUES[q], IQ4_XS: d sc per group
+        if self.data.shape[2] in native.IQ4_GROUP_BYTES:  # w = d kv[q], IQ4_XS: d sc per group
             if native.IQ4_GROUP_BYTES[self.data.shape[2]]:
                 d = d.repeat_interleave(8, 1) * groups[t, :, 256 + lane].view(torch.int8).float()
-            w = native.IQ4_VALUES[q.long()].float().view(ids.shape[0], -1, GROUP) * d[..., None]
+            kv = native.IQ4_VALUES if self.mins is None else self.mins
+            w = kv[q.long()].float().view(ids.shape[0], -1, GROUP) * d[..., None]
             return w.view(ids.shape[0], self.in_features).to(self.act_dtype)
         mn = self.mins[tile, :, lane].float() if self.mins is not None else -8 * d
         if groups.shape[2] == code_bytes + 32:  # the K-quant layout: d sc, -dmin m per group of 32
