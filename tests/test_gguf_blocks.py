@@ -23,7 +23,7 @@ from .test_cpu_kernels import assert_close_to_reference
 # where a block's float16 super-scales sit (byte offsets), so random blocks decode to weights of ~0.02
 SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82), "IQ4_NL": (0,),
             "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,),
-            "IQ1_S": (0,), "TQ2_0": (64,), "TQ1_0": (52,)}
+            "IQ1_S": (0,), "TQ2_0": (64,), "TQ1_0": (52,), "IQ1_M": ()}  # IQ1_M: its d in the scales' top nibbles
 
 
 def random_blocks(qtype: str, n: int, k: int, seed: int = 0, scale: float = 1e-3) -> np.ndarray:
@@ -175,6 +175,21 @@ def test_ternary_types_load_exactly_as_int2(qtype):
     blocks = QuantBlocks.from_gguf(raw, qtype, [32, 512])
     assert blocks.bits == 2 and blocks.kq is not None and int(blocks.q.max()) <= 3
     assert torch.equal(blocks.dequantize(), want) and float(want.abs().max()) > 0
+
+
+def test_iq1_m_loads_exactly_as_int6():
+    """IQ1_M's weights are d (1 + 2 s) (g -+ 1 / 8), g in -1, 0, 1, s per 16, a delta a point of 8, d float16 in the
+    scales' top nibbles: Q6_K's form holds them exactly with q - 32 = 8 g -+ 1, sub = 1 + 2 s and d / 8 per 256."""
+    raw = random_blocks("IQ1_M", 32, 512, seed=13)
+    d = np.random.default_rng(13).uniform(5e-3, 5e-2, size=raw.size // 56).astype(np.float16).view(np.uint16)
+    words = raw.reshape(-1, 56)[:, 48:].copy().view(np.uint16)  # d's nibbles on top of the scales' 12 bits
+    words[:] = (words & 0x0FFF) | (((d[:, None] >> np.array([0, 4, 8, 12], dtype=np.uint16)) & 15) << 12)
+    raw.reshape(-1, 56)[:, 48:] = words.view(np.uint8)
+    want = reference(raw, "IQ1_M", 32, 512)
+    blocks = QuantBlocks.from_gguf(raw, "IQ1_M", [32, 512])
+    assert blocks.bits == 6 and blocks.sub.shape == (32, 32) and bool((blocks.sub % 2 == 1).all())
+    assert torch.equal(blocks.dequantize(), want) and float(want.abs().max()) > 0
+    assert set((blocks.q.long() - 32).unique().tolist()) == {-9, -7, -1, 1, 7, 9}
 
 
 def test_iq3_xxs_loads_exactly_as_int6():

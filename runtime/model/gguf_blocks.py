@@ -8,10 +8,10 @@ Every quantized GGUF type loads at the width closest to the file's:
 - the other 4-bit types -> int4 (w = d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (q in [0, 31]);
 - Q6_K -> int6, its own form: w = d sc (q - 32), q in [0, 63], sc and d as int3's; 8 bits -> int8 (w = d q);
 - types with no form of their own, in the nearest one that holds them: TQ1_0 / TQ2_0 (ternary) in Q2_K's, IQ3_S in
-  Q4_K's, IQ3_XXS in Q6_K's (gguf_iq.py decodes them and IQ2_XXS / IQ1_S); IQ1_M, IQ2_XS and IQ2_S (scales per 16)
-  widened to int8 from their float32 values.
+  Q4_K's, IQ3_XXS and IQ1_M in Q6_K's (gguf_iq.py decodes them and IQ2_XXS / IQ1_S); IQ2_XS and IQ2_S (scales per
+  16, values to 43) widened to int8 from their float32 values.
 Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL, IQ4_XS, IQ3_XXS and
-the TQ types bit for bit, IQ2_XXS and IQ1_S but where d / 8 falls below float16's normal range, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
+the TQ types bit for bit, IQ2_XXS, IQ1_S and IQ1_M but where d / 8 falls below float16's normal range, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
 IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
 stack of forms no kernel layout shares goes through its float32 values, quantized per group of 32 (int4_codes /
 int8_codes).
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from radixlm.kernels.cpu_matmul import GRID_VALUES, IQ4_VALUES
-from radixlm.runtime.model.gguf_iq import iq1_s_codes, iq2_xxs_codes, iq3_s_codes, iq3_xxs_codes
+from radixlm.runtime.model.gguf_iq import iq1_m_codes, iq1_s_codes, iq2_xxs_codes, iq3_s_codes, iq3_xxs_codes
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 TWO_BIT = frozenset({"Q2_K", "TQ1_0", "TQ2_0"})  # GGUF types kept as int2 (the ternary ones exactly: q - 1)
@@ -33,11 +33,11 @@ THREE_BIT = frozenset({"Q3_K"})  # ... as int3
 GRIDS = {"IQ2_XXS": iq2_xxs_codes, "IQ1_S": iq1_s_codes}  # codes into GRID_VALUES, in the IQ4_XS layout
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S", *GRIDS})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
-SIX_BIT = frozenset({"Q6_K", "IQ3_XXS"})  # ... as int6
-# IQ1_M, IQ2_XS and IQ2_S have no form here (their scales per 16 fit no IQ4 layout): their values (a few grid points
-# times a scale per 16) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8, at 8.5 bits a
-# weight where the file holds 1.75 to 2.6
-WIDENED = frozenset({"IQ1_M", "IQ2_XS", "IQ2_S"})
+SIX_BIT = frozenset({"Q6_K", "IQ3_XXS", "IQ1_M"})  # ... as int6
+# IQ2_XS and IQ2_S have no form here (their scales per 16 fit no IQ4 layout, their values no int6): their values (a
+# few grid points times a scale per 16) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8,
+# at 8.5 bits a weight where the file holds 2.3 to 2.6
+WIDENED = frozenset({"IQ2_XS", "IQ2_S"})
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"}) | WIDENED  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
@@ -132,6 +132,9 @@ class QuantBlocks:
             return _iq3_s_blocks(data, n, k)
         if qtype == "IQ3_XXS":
             return _iq3_xxs_blocks(data, n, k)
+        if qtype == "IQ1_M":  # Q6_K's form: w = (d / 8) sub (q - 32)
+            q, sub, d = (torch.from_numpy(a) for a in iq1_m_codes(data, n, k))
+            return cls(q, d.half(), None, 6, sub)
         if qtype in GRIDS:
             q, sc, d = (torch.from_numpy(a) for a in GRIDS[qtype](data, n, k))
             return cls(q, d.half(), None, 4, sc, iq4=True, grid=True)

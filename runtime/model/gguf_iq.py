@@ -4,7 +4,8 @@
 The IQ3s are grids of 4 bytes a point with a sign a weight, scaled by d (1 + 2 s) / c per group of 32 (d float16
 per 256, s 4-bit): IQ3_S's grid holds the odd integers 1 .. 15 (c = 1), IQ3_XXS's 4, 12, .., 52 and 62 (c = 4).
 IQ2_XXS's grid points are 8 bytes of 8, 25 or 43 with a sign a weight (c = 8, s 4-bit); IQ1_S's are 8 of -1, 0
-or 1 plus a delta of -+ 1 / 8 per group (c = 1, s 3-bit). Their grid tables are gguf's (iq3s_grid, iq3xxs_grid,
+or 1 plus a delta of -+ 1 / 8 per group (c = 1, s 3-bit), IQ1_M's the same with a delta a point and s per 16.
+Their grid tables are gguf's (iq3s_grid, iq3xxs_grid,
 iq2xxs_grid, iq1s_grid), and the sign bytes gguf's ksigns.
 """
 
@@ -16,6 +17,7 @@ IQ3_S_BYTES = 110  # d float16, 64 bytes of grid indices' low bits, 8 of their h
 IQ3_XXS_BYTES = 98  # d float16, 64 bytes of grid indices, 8 uint32 of 4 x 7 sign bits and a 4-bit scale
 IQ2_XXS_BYTES = 66  # d float16, then per group of 32: 4 grid indices, a uint32 of 4 x 7 sign bits and a 4-bit scale
 IQ1_S_BYTES = 50  # d float16, 32 bytes of grid indices' low bits, 8 uint16 of their high bits, a scale and a delta
+IQ1_M_BYTES = 56  # 32 bytes of grid indices' low bits, 16 of their high bits and deltas, 4 uint16 of scales and d
 # GRID_VALUES' codes (cpu_matmul.py): -43, -25, -8, 8, 25, 43, then -9, -7, -1, 1, 7, 9 at 6 .. 11
 _IQ2_CODE = {-43: 0, -25: 1, -8: 2, 8: 3, 25: 4, 43: 5}
 
@@ -110,3 +112,24 @@ def iq1_s_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarra
     sc = (1 + 2 * ((qh >> 12) & 7)).astype(np.int8)
     d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32) / 8
     return _codes(g, {-9: 6, -7: 7, -1: 8, 1: 9, 7: 10, 9: 11}).reshape(n, k), sc.reshape(n, -1), d.reshape(n, -1)
+
+
+def iq1_m_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """IQ1_M super-blocks of an [n, k] weight -> (q uint8 [n, k] in [23, 41], sub int8 [n, k / 16], d float32 [n, k /
+    256]) with w = (d / 8) sub (q - 32) (Q6_K's form), exactly: weights 8 p .. 8 p + 7 (p < 32) are grid point qs[p]
+    + 256 (bits 0-2 of nibble p % 2 of qh[p // 2]) plus the delta -+ 1 / 8 (minus where the nibble's bit 3 is set);
+    sub-block j's s is bits 3 (j % 4) .. + 2 of the scales' uint16 j // 4, sub = 1 + 2 s, and d the float16 made of
+    the four uint16s' top nibbles. gguf's d (1 + 2 s) (g -+ 1 / 8) is (d / 8) sub (8 g -+ 1)."""
+    from gguf.quants import IQ1_M
+
+    IQ1_M.init_grid()
+    grid = IQ1_M.grid.reshape(2048, 8).astype(np.int16)
+    blocks = data.reshape(n * k // 256, IQ1_M_BYTES)
+    nibbles = ((blocks[:, 32:48, None] >> np.array([0, 4], dtype=np.uint8)) & 15).reshape(-1, 32)  # [S, 32]
+    point = blocks[:, :32].astype(np.int64) | ((nibbles & 7).astype(np.int64) << 8)
+    g = 8 * grid[point] + np.where(nibbles & 8, -1, 1).astype(np.int16)[..., None]  # [S, 32, 8]
+    words = blocks[:, 48:56].copy().view(np.uint16)  # [S, 4]
+    sub = (1 + 2 * ((words[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7)).astype(np.int8)
+    top = (words >> 12).astype(np.uint16) << np.array([0, 4, 8, 12], dtype=np.uint16)
+    d = np.bitwise_or.reduce(top, axis=1).view(np.float16).astype(np.float32) / 8
+    return (g + 32).astype(np.uint8).reshape(n, k), sub.reshape(n, -1), d.reshape(n, -1)
