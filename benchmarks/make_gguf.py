@@ -5,7 +5,7 @@
 Shapes are Llama-3.2-like (grouped-query attention, SwiGLU, tied embeddings); the tokenizer, its vocabulary
 (49,152 tokens) and chat template are the embedded SmolLM2's, so prompts tokenize the same everywhere.
 Weights are small random normals: the outputs are noise, the speed is a real model's of that shape.
-Writes OUT/random-SIZE-TYPE.gguf (skipping files that exist). IQ3_XXS, IQ2_XXS and IQ1_S, which llama.cpp's tool writes
+Writes OUT/random-SIZE-TYPE.gguf (skipping files that exist). IQ3_XXS, IQ2_XXS / XS / S and IQ1_S, which llama.cpp's tool writes
 only with an importance matrix, are random grid blocks (random bytes, d set so the weights are ~0.02; the table Q8_0).
 The `gguf` package cannot write K-quants or the other IQ types; the benchmarks' files of them (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, IQ4_XS: mixes of those types with wider
 ones, as llama.cpp chooses them) come from a Q4_0 file through llama.cpp's own tool (built by
@@ -57,7 +57,8 @@ def copy_tokenizer(writer, source) -> None:
             writer.add_bool(key, value)
 
 
-RANDOM_BLOCKS = {"IQ3_XXS": (23, 1.5e-4), "IQ2_XXS": (19, 4e-4), "IQ1_S": (24, 3e-3)}  # -> llama.cpp's file type, d
+RANDOM_BLOCKS = {"IQ3_XXS": (23, 1.5e-4), "IQ2_XXS": (19, 4e-4), "IQ2_XS": (20, 1e-3), "IQ2_S": (28, 1e-3),
+                 "IQ1_S": (24, 3e-3)}  # -> llama.cpp's file type, the blocks' d
 FILE_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, **{t: f for t, (f, _) in RANDOM_BLOCKS.items()}}
 
 

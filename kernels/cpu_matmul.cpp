@@ -29,6 +29,9 @@
 //   else the int8 [16] table itself (cpu_matmul.py's GRID_VALUES for GGUF's IQ2_XXS and IQ1_S); codes [N/16, K/32,
 //   256] (a group's 8 k-quads of int4's bytes), d float16 [N/16, K/32, 16]; IQ4_XS's: [N/16, K/32, 272], each
 //   group's codes then the tile's 16 int8 scales sc, d [N/16, K/256, 16]: w = d sc kv[q].
+// table form of int4 (GGUF's IQ2_XS, IQ2_S): w = d * sc_j * kv[q], kv 16 int8 values in [-64, 63] given as mn (int8
+//   [16]), q in [0, 15], sc_j int8 per 16 along K: codes [N/16, K/16, 144], per sub-block 4 k-quads of int4's bytes,
+//   then the 16 rows' sc_j; d float16 [N/16, K/256, 16].
 // int2: w = d * sc_j * q - dmin * m_j, q in [0, 3] (GGUF's Q2_K): codes [N/16, K/16, 96], per sub-block 4 k-quads of
 //   16 bytes (int3's low bit pairs), the 16 rows' sc_j, then their m_j (4-bit values, a byte each); d and mn (-dmin)
 //   float16 [N/16, K/256, 16].
@@ -78,7 +81,14 @@ void check_kform(const QuantWeightRef& w) {
 }
 
 void check_weight(const QuantWeightRef& w) {
-  if (w.kform()) {
+  if (w.table()) {
+    TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 &&
+                w.scales.size(0) == w.data.size(0) && w.scales.size(1) * 16 == w.data.size(1) &&
+                w.scales.size(2) == 16 && w.data.is_contiguous() && w.scales.is_contiguous() && w.mins.defined() &&
+                w.mins.scalar_type() == at::kChar && w.mins.numel() == 16 && w.mins.is_contiguous(),
+                "int4 weight, table form: uint8 codes [N / 16, K / 16, 144] with float16 d [N / 16, K / 256, 16] and "
+                "an int8 [16] table of the codes' values");
+  } else if (w.kform()) {
     check_kform(w);
   } else if (w.iq4()) {
     const int64_t per = w.iq4_xs() ? 8 : 1;  // groups a scale
@@ -126,7 +136,7 @@ void check_weight(const QuantWeightRef& w) {
 int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
 int64_t QuantWeightRef::k() const {
   return bits == 16                 ? data.size(1)
-         : bits <= 3 || bits == 6   ? data.size(1) * 16
+         : bits <= 3 || bits == 6 || table() ? data.size(1) * 16
          : kform() || iq4()         ? data.size(1) * 32
                                     : scales.size(1) * 32;
 }
@@ -148,7 +158,10 @@ void linear_tiles(const QuantWeightRef& w, const Activations& a, int64_t t0, int
   dispatch_float_bf16(y, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     T* out = y.data_ptr<T>() + col0;
-    if (w.iq4()) {
+    if (w.table()) {
+      RADIXLM_ISA_CALL(isa, table_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
+                       w.mins.data_ptr<int8_t>(), n, t0, t1, a.q, m, out);
+    } else if (w.iq4()) {
       const bool own = w.mins.defined() && w.mins.numel() == 16;  // the weight's own values, else IQ4_NL's
       RADIXLM_ISA_CALL(isa, iq4_tiles<T>, w.data.data_ptr<uint8_t>(), w.scales.data_ptr<at::Half>(),
                        own ? w.mins.data_ptr<int8_t>() : kIq4Values.v, w.iq4_xs(), n, t0, t1, a.q, m, out);

@@ -40,10 +40,11 @@ IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 
 # GGUF's IQ2_XXS grid values (8, 25, 43 with a sign) and IQ1_S's times 8 (8 g -+ 1 for g in -1, 0, 1: its delta is
 # -+ 1 / 8), one table so both types' codes share the IQ4 layout: w = d sc GRID_VALUES[q] with d a 1 / 8 of theirs
 GRID_VALUES = torch.tensor([-43, -25, -8, 8, 25, 43, -9, -7, -1, 1, 7, 9, 0, 0, 0, 0], dtype=torch.int8)
-IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
+IQ4_GROUP_BYTES = {256: False, 272: True}
+TABLE_BYTES, TABLE_OFFSET = 4 * 32 + 16, 64  # the table form's bytes a sub-block of 16; its values are stored + 64  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
 __all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear",
            "int8_linear", "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8",
-           "pack_iq4"]
+           "pack_iq4", "pack_table"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
@@ -109,6 +110,27 @@ def dequantize_iq4(codes: torch.Tensor, d: torch.Tensor, values: torch.Tensor | 
         sc = codes[:, :, 256:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, groups)
         scale = scale.repeat_interleave(SUPER // GROUP, 1) * sc.float()
     return (kv[q.long()].float().view(nt * 16, groups, GROUP) * scale[..., None]).flatten(1)
+
+
+def pack_table(q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes q [N, K] in [0, 15] into 16 values in [-64, 63], sub int8 [N, K / 16], d [N, K / 256] (w = d sub kv[q],
+    GGUF's IQ2_XS / IQ2_S) -> the int4 kernel's table form (codes uint8 [N / 16, K / 16, 144]: per sub-block of 16
+    pack_int4's 4 k-quads, then the tile's 16 sub; d float16 [N / 16, K / 256, 16])."""
+    n, k = q.shape
+    if k % SUPER:
+        raise ValueError(f"table-form weights need K divisible by {SUPER}, got [{n}, {k}]")
+    codes = nibbles(q).view(n // 16, k // SUB, 128)
+    scales = sub.to(torch.int8).view(n // 16, 16, k // SUB).transpose(1, 2).contiguous().view(torch.uint8)
+    return torch.cat((codes, scales), dim=2).contiguous(), pack_scales(d)
+
+
+def dequantize_table(codes: torch.Tensor, d: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """-> w [N, K] float32 = d sub values[q] per sub-block of 16 (d sub exact)."""
+    nt, subs = codes.shape[:2]
+    q = unnibble(codes[:, :, :128].reshape(nt, subs * 4, 32))
+    sc = codes[:, :, 128:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, subs)
+    scale = unpack_scales(d).float().repeat_interleave(SUPER // SUB, 1) * sc.float()
+    return (values[q.long()].float().view(nt * 16, subs, SUB) * scale[..., None]).flatten(1)
 
 
 def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -318,6 +340,8 @@ def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | Non
         return dequantize_kquant(codes, d, mn)
     if codes.shape[2] in IQ4_GROUP_BYTES:
         return dequantize_iq4(codes, d, mn)
+    if codes.shape[2] == TABLE_BYTES:
+        return dequantize_table(codes, d, mn)
     q, d, mn = unpack_int4(codes, d, mn)
     q = q.float().view(q.shape[0], -1, GROUP)
     return (q * d.float()[..., None] + mn.float()[..., None]).flatten(1)

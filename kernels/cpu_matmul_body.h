@@ -185,12 +185,14 @@ inline void add_offset_pairs(const uint8_t* sub, const QuantizedX& xq, int64_t m
 // l % 16; int3: 24 bytes, the low two bits so, then 8 of third bits, bit l for lane l), then the 16 rows' sc_j.
 // int2 (Bits 2, Q2_K): w = d sc_j q - dmin m_j, q in [0, 3], sc_j and m_j 4-bit: the int32 sums of sc_j ip_j and of
 // m_j s16_j, then (d sum + (-dmin) mins) a; per sub-block 4 k-quads of 16 bytes (int3's low bit pairs), then the 16
-// rows' sc_j, then their m_j; mn holds -dmin per 256. The offsets (minimums) go in pairs (add_offset_pairs) from 4
+// rows' sc_j, then their m_j; mn holds -dmin per 256. The table form (Bits 4, GGUF's IQ2_XS / IQ2_S): w = d sc_j kv[q],
+// int4 codes q into 16 values kv in [-64, 63] (table: kv + 64), per sub-block int4's 4 k-quads of 32 bytes, then the
+// 16 rows' sc_j; int6's arithmetic with off 64. The offsets (minimums) go in pairs (add_offset_pairs) from 4
 // rows where the vector layer dots int16 pairs in one instruction (kPairDot), else per sub-block (the pairs' widening
 // costs more than it saves): the same integers either way.
 template <int MT, int Bits, typename T>
-void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t tile,
-                   const QuantizedX& xq, int64_t m0, T* y) {
+void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, const Iq4Table* table, int64_t n,
+                   int64_t tile, const QuantizedX& xq, int64_t m0, T* y) {
   constexpr int64_t kSub = sub_block_bytes(Bits), kScalesAt = 4 * sub_quad_bytes(Bits);
   constexpr bool kPairs = kPairDot && MT >= 4;
   const int64_t k = xq.k, nb = xq.nb;
@@ -214,6 +216,7 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
       if constexpr (Bits == 6) dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       if constexpr (Bits == 3) dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       if constexpr (Bits == 2) dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+      if constexpr (Bits == 4) dot_table_sub<MT>(sub, xs + b * kBlock + 16 * j, k, *table, ip);
       const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt));
       for (int i = 0; i < MT; ++i) {
         const I16 off = kPairs || Bits == 2 ? ip[i] : isub_scalar(ip[i], sub_offset(Bits) * s16[i * nb * 4]);
@@ -279,7 +282,7 @@ template <typename T>
 void int6_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
                 int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    subblock_tile<decltype(mt)::value, 6>(codes, d, nullptr, n, t, xq, m0, y);
+    subblock_tile<decltype(mt)::value, 6>(codes, d, nullptr, nullptr, n, t, xq, m0, y);
   });
 }
 
@@ -287,7 +290,7 @@ template <typename T>
 void int3_tiles(const uint8_t* codes, const at::Half* d, int64_t n, int64_t t0, int64_t t1, const QuantizedX& xq,
                 int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    subblock_tile<decltype(mt)::value, 3>(codes, d, nullptr, n, t, xq, m0, y);
+    subblock_tile<decltype(mt)::value, 3>(codes, d, nullptr, nullptr, n, t, xq, m0, y);
   });
 }
 
@@ -296,7 +299,17 @@ template <typename T>
 void int2_tiles(const uint8_t* codes, const at::Half* d, const at::Half* mn, int64_t n, int64_t t0, int64_t t1,
                 const QuantizedX& xq, int64_t m, T* y) {
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
-    subblock_tile<decltype(mt)::value, 2>(codes, d, mn, n, t, xq, m0, y);
+    subblock_tile<decltype(mt)::value, 2>(codes, d, mn, nullptr, n, t, xq, m0, y);
+  });
+}
+
+// the table form (IQ2_XS / IQ2_S): codes [N/16, K/16, 144], d [N/16, K/256, 16], values int8 [16] in [-64, 63]
+template <typename T>
+void table_tiles(const uint8_t* codes, const at::Half* d, const int8_t* values, int64_t n, int64_t t0, int64_t t1,
+                 const QuantizedX& xq, int64_t m, T* y) {
+  const Iq4Table table = biased_values(values, sub_offset(4));
+  for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    subblock_tile<decltype(mt)::value, 4>(codes, d, nullptr, &table, n, t, xq, m0, y);
   });
 }
 

@@ -15,7 +15,7 @@
 namespace radixlm_cpu {
 
 // A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty; or IQ4 codes, d and in mn their values or
-// nothing), int5 (bits 5: codes, d, mn), int6 (bits 6: codes with their sub-block scales, d per 256), int3 (bits 3:
+// nothing; or the table form's codes, d and values), int5 (bits 5: codes, d, mn), int6 (bits 6: codes with their sub-block scales, d per 256), int3 (bits 3:
 // likewise), int2 (bits 2: likewise, and -dmin), int8 (bits 8: q, d per group of 32) or dense (bits 16: the
 // [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
 struct QuantWeightRef {
@@ -31,6 +31,9 @@ struct QuantWeightRef {
   }
   bool iq4_xs() const {  // [N / 16, K / 32, 272]: each group's codes then 16 int8 scales, d per 256
     return bits == 4 && data.dim() == 3 && data.size(2) == 272;
+  }
+  bool table() const {  // int4 codes into 16 values (mins) with scales per 16: [N / 16, K / 16, 144], d per 256
+    return bits == 4 && data.dim() == 3 && data.size(2) == sub_block_bytes(4);
   }
   bool kform() const {  // int4 / int5 codes in the K-quant layout (each group's scales inline, d and -dmin per 256)
     return (bits == 4 || bits == 5) && data.dim() == 3 && data.size(2) == (bits == 4 ? 288 : 352);

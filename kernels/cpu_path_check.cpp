@@ -106,7 +106,7 @@ std::vector<T> random_rows(int64_t n, float scale) {
 }
 
 // x [M, K] quantized, then int4 (with and without minimums), int5, int6, int8, int3 and int2 tiles, int4 and int5 in the
-// K-quant layout too, int4 in the IQ4 layout (IQ4_NL's values and a grid's); M covers every row run
+// K-quant layout too, int4 in the IQ4 layout (IQ4_NL's values and a grid's) and the table form; M covers every row run
 template <typename T>
 void check_matmuls(int64_t m, const char* dtype) {
   static const int8_t kGrid[16] = {-43, -25, -8, 8, 25, 43, -9, -7, -1, 1, 7, 9, 0, 0, 0, 0};  // GRID_VALUES
@@ -125,7 +125,7 @@ void check_matmuls(int64_t m, const char* dtype) {
   for (auto& q : q8) q = static_cast<int8_t>(static_cast<int>(next_u32() % 255) - 127);
   std::vector<at::Half> d8(n * k / 32);
   for (auto& h : d8) h.x = half_bits(uniform(0.001f, 0.01f));
-  auto run = [&](auto quantize, auto int4, auto int5, auto int6, auto int8, auto int3, auto iq4, auto int2,
+  auto run = [&](auto quantize, auto int4, auto int5, auto int6, auto int8, auto int3, auto iq4, auto int2, auto table,
                  std::vector<int8_t>& xq_q, std::vector<std::vector<T>>& y) {
     std::vector<float> a(m * nb), t(m * nb * 2);
     std::vector<int32_t> s(m * nb * 2);
@@ -133,7 +133,7 @@ void check_matmuls(int64_t m, const char* dtype) {
     xq_q.assign(m * k, 0);
     const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb};
     quantize(x.data(), 0, m, 0, nb, xq);
-    y.assign(12, std::vector<T>(m * n));
+    y.assign(13, std::vector<T>(m * n));
     int4(codes.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[0].data());
     int4(codes.data(), d.data(), nullptr, false, n, 0, n / 16, xq, m, y[1].data());
     int5(codes5.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[2].data());
@@ -145,23 +145,24 @@ void check_matmuls(int64_t m, const char* dtype) {
     iq4(codes.data(), d8.data(), kIq4Values.v, false, n, 0, n / 16, xq, m, y[8].data());  // int4's bytes as codes
     iq4(k4.data(), d8.data(), kIq4Values.v, true, n, 0, n / 16, xq, m, y[9].data());  // IQ4_XS: 272 of k4's 288
     iq4(k4.data(), d8.data(), kGrid, true, n, 0, n / 16, xq, m, y[11].data());  // the same codes into a grid's values
+    table(codes6.data(), d8.data(), kGrid, n, 0, n / 16, xq, m, y[12].data());  // 144 of codes6's 208 a sub-block
     int2(codes6.data(), d8.data(), mn.data(), n, 0, n / 16, xq, m, y[10].data());  // 96 of codes6's 208 a sub-block
   };
   std::vector<int8_t> pq, nq;
   std::vector<std::vector<T>> p, o;
   run(radixlm_portable::quantize_rows<T>, radixlm_portable::int4_tiles<T>, radixlm_portable::int5_tiles<T>,
       radixlm_portable::int6_tiles<T>, radixlm_portable::int8_tiles<T>, radixlm_portable::int3_tiles<T>,
-      radixlm_portable::iq4_tiles<T>, radixlm_portable::int2_tiles<T>, pq, p);
+      radixlm_portable::iq4_tiles<T>, radixlm_portable::int2_tiles<T>, radixlm_portable::table_tiles<T>, pq, p);
   run(radixlm_path::quantize_rows<T>, radixlm_path::int4_tiles<T>, radixlm_path::int5_tiles<T>,
       radixlm_path::int6_tiles<T>, radixlm_path::int8_tiles<T>, radixlm_path::int3_tiles<T>,
-      radixlm_path::iq4_tiles<T>, radixlm_path::int2_tiles<T>, nq, o);
+      radixlm_path::iq4_tiles<T>, radixlm_path::int2_tiles<T>, radixlm_path::table_tiles<T>, nq, o);
   const std::string tag = std::string(dtype) + " M=" + std::to_string(m);
   expect_same(("quantize x " + tag).c_str(), pq, nq);
-  const char* names[12] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
+  const char* names[13] = {"int4 matmul ", "int4 matmul, no minimums ", "int5 matmul ", "int6 matmul ", "int8 matmul ",
                            "int4 matmul, K-quant layout ", "int5 matmul, K-quant layout ", "int3 matmul ",
                            "int4 matmul, IQ4 layout ", "int4 matmul, IQ4_XS layout ", "int2 matmul ",
-                           "int4 matmul, IQ4_XS layout, grid values "};
-  for (int w = 0; w < 12; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
+                           "int4 matmul, IQ4_XS layout, grid values ", "int4 matmul, table form "};
+  for (int w = 0; w < 13; ++w) expect_same((names[w] + tag).c_str(), p[w], o[w]);
 }
 
 // one extend task (n tokens x G heads) over scattered slots of a head-major pool, D = 64

@@ -8,12 +8,13 @@
 namespace radixlm_cpu {
 
 // The layouts the matmul bodies share with the ops' checks. The sub-block forms (int2, int3, int6: scales per 16
-// along K) hold a sub-block of a 16-row tile as 4 k-quads of codes, then the rows' int8 scales (int2: then its
-// minimums): bytes a k-quad, bytes a sub-block.
-constexpr int64_t sub_quad_bytes(int64_t bits) { return bits == 6 ? 48 : bits == 3 ? 24 : 16; }
+// along K; and 4: int4 codes into a table of 16 values, as GGUF's IQ2_XS / IQ2_S) hold a sub-block of a 16-row tile
+// as 4 k-quads of codes, then the rows' int8 scales (int2: then its minimums): bytes a k-quad, bytes a sub-block.
+constexpr int64_t sub_quad_bytes(int64_t bits) { return bits == 6 ? 48 : bits == 3 ? 24 : bits == 4 ? 32 : 16; }
 constexpr int64_t sub_block_bytes(int64_t bits) { return 4 * sub_quad_bytes(bits) + (bits == 2 ? 32 : 16); }
-// the codes' offset: w = d sc (q - offset) (int2: d sc q less its minimum, no offset)
-constexpr int32_t sub_offset(int64_t bits) { return bits == 6 ? 32 : bits == 3 ? 4 : 0; }
+// the codes' offset: w = d sc (q - offset) (int2: d sc q less its minimum, no offset; 4: q the table's value, stored
+// plus 64, so the values lie in [-64, 63])
+constexpr int32_t sub_offset(int64_t bits) { return bits == 6 ? 32 : bits == 3 ? 4 : bits == 4 ? 64 : 0; }
 // The IQ4 layout's codes index a table of 16 int8 values: IQ4_NL's (the codes of GGUF's IQ4_NL and IQ4_XS;
 // cpu_matmul.py's IQ4_VALUES) unless the weight brings its own (cpu_matmul.py's GRID_VALUES)
 struct Iq4Table {

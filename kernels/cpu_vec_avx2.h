@@ -300,6 +300,7 @@ inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
 #ifdef RADIXLM_DPBUSD256
 // VNNI multiplies unsigned by signed bytes: the values come biased by 128, and the tile subtracts 128 sum(x) per group
 constexpr int32_t kInt8Bias = 128, kIq4Bias = 128;
+constexpr int kTableRun = 4;  // the table form's k-quads a run (any: vpdpbusd sums in int32)
 inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   *w_lo = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)), flip);
@@ -313,6 +314,7 @@ inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_st
 #else
 // signed values in [-127, 127]: |w| times x with w's sign (maddubs pairs at most 2 * 127 * 127, a maddwd a k-quad)
 constexpr int32_t kInt8Bias = 0, kIq4Bias = 0;
+constexpr int kTableRun = 1;  // the table form's codes up to 127: maddubs pairs to 32,258
 inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
   *w_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
   *w_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32));
@@ -338,6 +340,16 @@ template <int MT>
 inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I16* ip) {
   dot_values_group<MT, 64>(reinterpret_cast<const uint8_t*>(q), x, k_stride, ip,
                            [](const uint8_t* quad, __m256i* lo, __m256i* hi) { int8_quad(quad, lo, hi); });
+}
+// one sub-block of 16 k of the table form: int4 codes into 16 unsigned values (the values plus 64, below 128)
+template <int MT>
+inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(values.v)));
+  dot_decoded<MT, 4, kTableRun, 32>(codes, x, k_stride, ip, [table](const uint8_t* quad, __m256i* lo, __m256i* hi) {
+    int4_quad(quad, lo, hi);
+    *lo = _mm256_shuffle_epi8(table, *lo);
+    *hi = _mm256_shuffle_epi8(table, *hi);
+  });
 }
 // one group of 32 k of IQ4 codes (8 k-quads of int4's 32 bytes, indices into the 16 values, biased by kIq4Bias),
 // less kIq4Bias sum(x)

@@ -176,12 +176,22 @@ inline void dot_int3_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride
 // The IQ4 layout's values biased by 128 (vpdpbusd multiplies unsigned bytes): the tile subtracts kIq4Bias sum(x)
 // per group
 constexpr int32_t kIq4Bias = 128;
-// one group of 32 k (8 k-quads of int4's 32 bytes, the codes indices into the 16 biased values)
+// Quads k-quads of int4's 32 bytes, the codes indices into 16 unsigned byte values
+template <int MT, int Quads>
+inline void dot_table(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(values.v)));
+  dot_decoded<MT, Quads, 32>(codes, x, k_stride, ip,
+                             [table](const uint8_t* p) { return _mm512_shuffle_epi8(table, int4_quad(p)); });
+}
+// one group of 32 k (the values biased by kIq4Bias)
 template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(values.v)));
-  dot_decoded<MT, 8, 32>(codes, x, k_stride, ip,
-                         [table](const uint8_t* p) { return _mm512_shuffle_epi8(table, int4_quad(p)); });
+  dot_table<MT, 8>(codes, x, k_stride, values, ip);
+}
+// one sub-block of 16 k of the table form (the values plus 64: below 128)
+template <int MT>
+inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_table<MT, 4>(codes, x, k_stride, values, ip);
 }
 inline I16 widen_int8(const int8_t* p) { return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
 inline I16 imadd(I16 a, I16 b, I16 c) { return {_mm512_add_epi32(_mm512_mullo_epi32(a.v, b.v), c.v)}; }  // a b + c

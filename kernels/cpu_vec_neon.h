@@ -288,14 +288,24 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
 }
 // The IQ4 layout's 16 values as signed bytes (sdot multiplies them as they are)
 constexpr int32_t kIq4Bias = 0;
-// one group of 32 k (8 k-quads of int4's 32 bytes, the codes indices into the values)
-template <int MT>
-inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+// Quads k-quads of int4's 32 bytes, the codes indices into the 16 values
+template <int MT, int Quads>
+inline void dot_table(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
   const int8x16_t table = vld1q_s8(values.v);
-  dot_decoded<MT, 8, 32>(codes, x, k_stride, ip, [table](const uint8_t* quad, int8x16_t* w) {
+  dot_decoded<MT, Quads, 32>(codes, x, k_stride, ip, [table](const uint8_t* quad, int8x16_t* w) {
     int4_quad(quad, w);
     for (int j = 0; j < 4; ++j) w[j] = vqtbl1q_s8(table, vreinterpretq_u8_s8(w[j]));
   });
+}
+// one group of 32 k
+template <int MT>
+inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_table<MT, 8>(codes, x, k_stride, values, ip);
+}
+// one sub-block of 16 k of the table form (the values plus 64)
+template <int MT>
+inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_table<MT, 4>(codes, x, k_stride, values, ip);
 }
 inline I16 isub_scalar(I16 a, int32_t x) {
   const int32x4_t v = vdupq_n_s32(x);

@@ -225,6 +225,11 @@ template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
   dot_codes_group<MT, 4, 8>(codes, x, k_stride, ip, values.v);
 }
+// one sub-block of 16 k of the table form (the values plus 64)
+template <int MT>
+inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_codes_group<MT, 4, 4>(codes, x, k_stride, ip, values.v);
+}
 inline I16 isub_scalar(I16 a, int32_t x) {
   for (int i = 0; i < 16; ++i) a.v[i] -= x;
   return a;

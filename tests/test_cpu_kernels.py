@@ -138,6 +138,9 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
         cases.append((ck.int4_linear(x, xs, dxs, None, isa(path)), ck.int4_linear_torch(x, xs, dxs, None)))
         grid = ck.GRID_VALUES
         cases.append((ck.int4_linear(x, xs, dxs, grid, isa(path)), ck.int4_linear_torch(x, xs, dxs, grid)))
+        sub16 = torch.randint(-128, 128, (n, k // 16), generator=gen)  # the table form: an int8 scale per 16
+        tq, td = ck.pack_table(q4, sub16, d4[:, ::8] / 64)
+        cases.append((ck.int4_linear(x, tq, td, grid, isa(path)), ck.int4_linear_torch(x, tq, td, grid)))
     for got, want in cases:
         assert got.dtype == dtype and got.shape == (rows, n)
         assert_close_to_reference(got, want)
@@ -148,20 +151,22 @@ def test_matmuls_match_their_torch_reference(path, rows, dtype, k):
 def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
     """Every path gives the same bits, and a row's result is the same alone or in any batch (the rows of
     x come in runs of 8 / 4 / 2 / 1 through different tile sizes): int4, int8, int4 in the IQ4 layout (IQ4_NL's
-    values and GRID_VALUES)."""
+    values and GRID_VALUES) and in the table form."""
     gen = torch.Generator().manual_seed(7)
     q4, d4, mn4 = _int4_weight(64, 1536, gen)
     q4[:, :32] = 0  # IQ4's -127 where x is 127 below (the products at their largest)
     codes, d, mn = ck.pack_int4(q4, d4, mn4)
     iq4, diq4 = ck.pack_iq4(q4, d4)
     xs4, dxs4 = ck.pack_iq4(q4, d4[:, ::8] / 32, torch.full(d4.shape, -32))
+    tq, td = ck.pack_table(q4, torch.full((64, 1536 // 16), -128), d4[:, ::8] / 64)  # the largest products
     q8, d8 = ck.pack_int8(*_int8_weight(64, 1536, gen))
     x = (torch.randn(13, 1536, generator=gen) * 3).to(dtype)
     x[:, :32] = 100.0
     for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, d8, i),
                 lambda i, xs: ck.int4_linear(xs, iq4, diq4, None, i),
                 lambda i, xs: ck.int4_linear(xs, xs4, dxs4, None, i),
-                lambda i, xs: ck.int4_linear(xs, xs4, dxs4, ck.GRID_VALUES, i)):
+                lambda i, xs: ck.int4_linear(xs, xs4, dxs4, ck.GRID_VALUES, i),
+                lambda i, xs: ck.int4_linear(xs, tq, td, ck.GRID_VALUES, i)):
         full = same_on_every_path(lambda i, run=run: run(i, x))
         best = isa(cpu_ext.supported()[-1])
         for r in (0, 5, 12):
@@ -225,6 +230,9 @@ def test_matmuls_reject_bad_inputs_with_a_message():
         ck.int4_linear(torch.zeros(1, 128), iq4, diq4, mn, 0)
     with pytest.raises(RuntimeError, match="int8 \\[16\\] table"):  # ... but a table of 16 values
         ck.int4_linear(torch.zeros(1, 128), iq4, diq4, ck.GRID_VALUES[:8], 0)
+    tq, td = ck.pack_table(torch.zeros(16, 256, dtype=torch.uint8), torch.ones(16, 16), torch.ones(16, 1))
+    with pytest.raises(RuntimeError, match="table form"):  # the table form needs its table
+        ck.int4_linear(torch.zeros(1, 256), tq, td, None, 0)
 
 
 def _decode_case(dtype, d, heads, gen):

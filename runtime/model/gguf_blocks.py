@@ -4,14 +4,14 @@ Every quantized GGUF type loads at the width closest to the file's:
 - Q2_K -> int2, its own form: w = d sc q - dmin m, q in [0, 3], 4-bit sc and m per 16, d and dmin per 256;
 - Q3_K -> int3, its own form: w = d sc (q - 4), q in [0, 7], an int8 sc per 16, d per 256;
 - IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values: w = d kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8
-  sc per 32, d per 256; IQ2_XXS and IQ1_S likewise into their grids' values (cpu_matmul.GRID_VALUES, d / 8);
+  sc per 32, d per 256; IQ2_XXS and IQ1_S likewise into their grids' values (cpu_matmul.GRID_VALUES, d / 8), IQ2_XS
+  and IQ2_S too with sc per 16 (the kernels' table form);
 - the other 4-bit types -> int4 (w = d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (q in [0, 31]);
 - Q6_K -> int6, its own form: w = d sc (q - 32), q in [0, 63], sc and d as int3's; 8 bits -> int8 (w = d q);
 - types with no form of their own, in the nearest one that holds them: TQ1_0 / TQ2_0 (ternary) in Q2_K's, IQ3_S in
-  Q4_K's, IQ3_XXS and IQ1_M in Q6_K's (gguf_iq.py decodes them and IQ2_XXS / IQ1_S); IQ2_XS and IQ2_S (scales per
-  16, values to 43) widened to int8 from their float32 values.
+  Q4_K's, IQ3_XXS and IQ1_M in Q6_K's (gguf_iq.py decodes them and the other IQ1 / IQ2 types).
 Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL, IQ4_XS, IQ3_XXS and
-the TQ types bit for bit, IQ2_XXS, IQ1_S and IQ1_M but where d / 8 falls below float16's normal range, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
+the TQ types bit for bit, IQ1 and IQ2 but where d / 8 falls below float16's normal range, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
 IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
 stack of forms no kernel layout shares goes through its float32 values, quantized per group of 32 (int4_codes /
 int8_codes).
@@ -20,25 +20,24 @@ int8_codes).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 from radixlm.kernels.cpu_matmul import GRID_VALUES, IQ4_VALUES
-from radixlm.runtime.model.gguf_iq import iq1_m_codes, iq1_s_codes, iq2_xxs_codes, iq3_s_codes, iq3_xxs_codes
+from radixlm.runtime.model import gguf_iq
 from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 TWO_BIT = frozenset({"Q2_K", "TQ1_0", "TQ2_0"})  # GGUF types kept as int2 (the ternary ones exactly: q - 1)
 THREE_BIT = frozenset({"Q3_K"})  # ... as int3
-GRIDS = {"IQ2_XXS": iq2_xxs_codes, "IQ1_S": iq1_s_codes}  # codes into GRID_VALUES, in the IQ4_XS layout
+GRIDS = {"IQ2_XXS": gguf_iq.iq2_xxs_codes, "IQ1_S": gguf_iq.iq1_s_codes,  # codes into GRID_VALUES, IQ4_XS's scales per 32 ...
+         "IQ2_XS": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_XS"),  # ... or per 16 (the table form)
+         "IQ2_S": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_S")}
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S", *GRIDS})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
 SIX_BIT = frozenset({"Q6_K", "IQ3_XXS", "IQ1_M"})  # ... as int6
-# IQ2_XS and IQ2_S have no form here (their scales per 16 fit no IQ4 layout, their values no int6): their values (a
-# few grid points times a scale per 16) go to int8 per group of 32 (as Q8_0 holds them), within half a step of int8,
-# at 8.5 bits a weight where the file holds 2.3 to 2.6
-WIDENED = frozenset({"IQ2_XS", "IQ2_S"})
-EIGHT_BIT = frozenset({"Q8_0", "Q8_K"}) | WIDENED  # ... as int8
+EIGHT_BIT = frozenset({"Q8_0", "Q8_K"})  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
 # bytes per block of 32: (d, 16 code bytes), (d, m, 16), (d, 32 fifth bits, 16), (d, m, 32 fifth bits, 16), (d, 32)
@@ -103,7 +102,7 @@ class QuantBlocks:
     def form(self) -> str:
         """What parts must share to stack as they are: the width, and for 4 bits the IQ4 forms apart."""
         if self.grid:
-            return "grid"
+            return "grid16" if self.sub.shape[1] * 16 == self.q.shape[1] else "grid"
         return ("iq4_xs" if self.sub is not None else "iq4_nl") if self.iq4 else f"int{self.bits}"
 
     @property
@@ -133,7 +132,7 @@ class QuantBlocks:
         if qtype == "IQ3_XXS":
             return _iq3_xxs_blocks(data, n, k)
         if qtype == "IQ1_M":  # Q6_K's form: w = (d / 8) sub (q - 32)
-            q, sub, d = (torch.from_numpy(a) for a in iq1_m_codes(data, n, k))
+            q, sub, d = (torch.from_numpy(a) for a in gguf_iq.iq1_m_codes(data, n, k))
             return cls(q, d.half(), None, 6, sub)
         if qtype in GRIDS:
             q, sc, d = (torch.from_numpy(a) for a in GRIDS[qtype](data, n, k))
@@ -237,8 +236,9 @@ class QuantBlocks:
         if self.kq is not None:
             return self.kq.dequantize(self.q)
         if self.iq4:
-            d = self.d.float() if self.sub is None else self.d.float().repeat_interleave(8, 1) * self.sub.float()
-            return (self.values[self.q.long()].float().view(n, k // 32, 32) * d[..., None]).view(n, k)
+            per = 32 if self.sub is None or self.sub.shape[1] * 32 == k else 16  # the scales' group
+            d = self.d.float() if self.sub is None else self.d.float().repeat_interleave(256 // per, 1) * self.sub.float()
+            return (self.values[self.q.long()].float().view(n, k // per, per) * d[..., None]).view(n, k)
         if self.bits in OWN_FORMS:
             w = (self.q.float() - 2 ** (self.bits - 1)).view(n, k // 16, 16) * self.sub.float()[..., None]
             return (w.view(n, k // 256, 256) * self.d.float()[..., None]).view(n, k)
@@ -378,7 +378,7 @@ def _ternary_blocks(data: np.ndarray, qtype: str, n: int, k: int) -> QuantBlocks
 def _iq3_s_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
     """IQ3_S -> the int4 K-quant form: w = d sc (2 q - 15) = (2 d) sc q - (15 d) m with m = sc, exact but for 15 d's
     float16 rounding."""
-    q, sc, d = iq3_s_codes(data, n, k)
+    q, sc, d = gguf_iq.iq3_s_codes(data, n, k)
     kq = KScales(torch.from_numpy(sc), torch.from_numpy(sc.copy()),
                  *(torch.from_numpy((f * d).astype(np.float16)) for f in (2, 15)))
     scale = (kq.d.float().repeat_interleave(8, 1) * kq.sc.float()).half()
@@ -389,6 +389,6 @@ def _iq3_s_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
 def _iq3_xxs_blocks(data: np.ndarray, n: int, k: int) -> QuantBlocks:
     """IQ3_XXS -> 6-bit blocks (Q6_K's form, its sc per 32 given to both sub-blocks of 16): w = (d / 2) sc (q - 32),
     exact (d / 2 in float16 but below its normal range)."""
-    q, sc, d = iq3_xxs_codes(data, n, k)
+    q, sc, d = gguf_iq.iq3_xxs_codes(data, n, k)
     return QuantBlocks(torch.from_numpy(q), torch.from_numpy((d / 2).astype(np.float16)), None, 6,
                        torch.from_numpy(np.repeat(sc, 2, axis=1)))

@@ -133,3 +133,22 @@ def iq1_m_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarra
     top = (words >> 12).astype(np.uint16) << np.array([0, 4, 8, 12], dtype=np.uint16)
     d = np.bitwise_or.reduce(top, axis=1).view(np.float16).astype(np.float32) / 8
     return (g + 32).astype(np.uint8).reshape(n, k), sub.reshape(n, -1), d.reshape(n, -1)
+
+
+def iq2_per_16_codes(data: np.ndarray, n: int, k: int, qtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """IQ2_XS / IQ2_S super-blocks of an [n, k] weight -> (q uint8 [n, k] in [0, 5], sub int8 [n, k / 16], d float32
+    [n, k / 256]) with w = (d / 8) sub GRID_VALUES[q], exactly: both end in 8 bytes of 4-bit s per 16 (low nibble
+    first) and start with d; the signed grid values come from gguf's dequantization, w / (d (0.5 + s) / 4), which
+    is exact (gguf computes w as that product of exact float32s)."""
+    import gguf
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    size = gguf.GGML_QUANT_SIZES[kind][1]
+    blocks = data.reshape(n * k // 256, size)
+    s = np.stack((blocks[:, -8:] & 15, blocks[:, -8:] >> 4), axis=2).reshape(-1, 16).astype(np.float32)  # [S, 16]
+    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)
+    db = d[:, None] * (np.float32(0.5) + s) * np.float32(0.25)  # as gguf's
+    w = np.asarray(gguf.quants.dequantize(data, kind), dtype=np.float32).reshape(-1, 16, 16)
+    g = np.divide(w, db[..., None], out=np.full(w.shape, 8, dtype=np.float32), where=db[..., None] != 0)
+    q = _codes(np.rint(g).astype(np.int16), _IQ2_CODE)
+    return q.reshape(n, k), (1 + 2 * s).astype(np.int8).reshape(n, -1), (d / 8).reshape(n, -1)

@@ -10,7 +10,7 @@ import os
 import torch
 
 from radixlm.runtime.config import EngineConfig, ModelConfig
-from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, WIDENED, WIDTHS
+from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, WIDTHS
 from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.hf_folder import HFModel
 from radixlm.runtime.model.layers import TPInfo
@@ -85,16 +85,14 @@ def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device:
         return "none", "the weights are not a quantized GGUF file"
     types = files.layer_types()
     held = f"the GGUF file's layers are {'/'.join(sorted(types))}"
-    if types & WIDENED:
-        held += f" ({'/'.join(sorted(types & WIDENED))} widened to int8: no kernel of their own)"
     if types and types <= FOUR_BIT:
         return "int4", held
     if types and types <= EIGHT_BIT:
         return "int8", held
     if types and types <= WIDTHS.keys():
         return "mixed", held + (" (each at its width: int2 for Q2_K, int3 for Q3_K, int4 for the other 4-bit types "
-                                "(IQ4_* as codes into their values) and IQ3_S, int5 for 5 bits, int6 for Q6_K and "
-                                "IQ3_XXS, int8 for 8)")
+                                "(IQ4_*, IQ2_* and IQ1_S as codes into their values) and IQ3_S, int5 for 5 bits, int6 "
+                                "for Q6_K, IQ3_XXS and IQ1_M, int8 for 8)")
     return "none", f"the GGUF file's layers are {'/'.join(sorted(types)) or 'dense'}"
 
 

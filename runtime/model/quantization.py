@@ -48,7 +48,8 @@ class QuantWeight:
     as int6's with [N / 16, K / 16, 112]; int2 (Q2_K only): as int6's with [N / 16, K / 16, 96] and mins -dmin
     like scales; int4 from IQ4_NL / IQ4_XS in the IQ4 layout: data [N / 16, K / 32, 256 or
     272] (codes indexing IQ4_NL's values, or with mins an int8 [16] table of its own: IQ2_XXS's and IQ1_S's
-    GRID_VALUES; IQ4_XS's int8 scales after each group's), scales float16 per 32 or 256;
+    GRID_VALUES; IQ4_XS's int8 scales after each group's), scales float16 per 32 or 256; int4 from IQ2_XS / IQ2_S
+    in the table form: data [N / 16, K / 16, 144] (codes into mins' GRID_VALUES, int8 scales per 16), scales per 256;
     dense:
     data [N / 16, K, 16] in the activation dtype, no scales (the batch-invariant dense matmul, for bfloat16
     models: ``tile_dense``).
@@ -126,9 +127,11 @@ class QuantWeight:
                        isa: int, values: torch.Tensor | None = None) -> QuantWeight:
         """An IQ4_NL weight given as its codes q [N, K] in [0, 15] and d [N, K / 32] (w = d kv[q]), or an IQ4_XS
         one with sub int8 [N, K / 32] and d [N, K / 256] (w = d sub kv[q]) -> int4 in the native backend's IQ4
-        layout, exactly; kv IQ4_VALUES, or ``values`` (int8 [16], kept as the weight's mins)."""
+        layout, exactly; kv IQ4_VALUES, or ``values`` (int8 [16], kept as the weight's mins). With sub per 16
+        ([N, K / 16], IQ2_XS / IQ2_S; values needed, in [-64, 63]): the table form."""
         n, k = q.shape
-        codes, d16 = native.pack_iq4(q, d, sub)
+        per_16 = sub is not None and sub.shape[1] * 16 == k
+        codes, d16 = native.pack_table(q, sub, d) if per_16 else native.pack_iq4(q, d, sub)
         table = None if values is None else values.to(torch.int8).contiguous()
         return cls("int4", codes, d16, n, k, ALL_ROWS, act_dtype, "native", table, isa)
 
@@ -247,6 +250,8 @@ class QuantWeight:
             return native.subblock_rows(self.data, self.scales, ids, self.mins).to(self.act_dtype)
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
             return self.data[ids // 16, :, ids % 16]
+        if self.kind == "int4" and self.data.shape[2] == native.TABLE_BYTES:  # rare as a table: through w
+            return self._own_dequantize()[ids].to(self.act_dtype)
         if self.kind in ("int4", "int5"):
             return self._nibble_rows(ids)
         if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad and of d
