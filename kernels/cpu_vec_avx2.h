@@ -164,8 +164,8 @@ inline __m256i acc_int32(__m256i acc) { return sum4(acc); }
 #endif
 // ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], x_i = x + i k_stride, where
 // decode(quad, &c_lo, &c_hi) gives a k-quad's 64 unsigned codes as bytes (lanes 0-31, 32-63). The int16 sums
-// (maddubs' pairs) run over Run k-quads before acc_int32 widens them: Run * 2 * max code * 127 < 32,768.
-// dot_codes for a decoder that is a plain function.
+// (maddubs' pairs) run over Run k-quads before acc_int32 widens them: Run * 2 * max code * 127 < 32,768. The decoder
+// may hold state (a table); dot_codes takes a plain function.
 template <int MT, int Quads, int Run, int Bytes, typename Decode>
 inline void dot_decoded(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();
@@ -341,26 +341,25 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
   dot_values_group<MT, 64>(reinterpret_cast<const uint8_t*>(q), x, k_stride, ip,
                            [](const uint8_t* quad, __m256i* lo, __m256i* hi) { int8_quad(quad, lo, hi); });
 }
-// one sub-block of 16 k of the table form: int4 codes into 16 unsigned values (the values plus 64, below 128)
-template <int MT>
-inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+// a decoder of a k-quad's int4 codes (int4's 32 bytes) into the 16 byte values they index
+inline auto table_decoder(const Iq4Table& values) {
   const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(values.v)));
-  dot_decoded<MT, 4, kTableRun, 32>(codes, x, k_stride, ip, [table](const uint8_t* quad, __m256i* lo, __m256i* hi) {
+  return [table](const uint8_t* quad, __m256i* lo, __m256i* hi) {
     int4_quad(quad, lo, hi);
     *lo = _mm256_shuffle_epi8(table, *lo);
     *hi = _mm256_shuffle_epi8(table, *hi);
-  });
+  };
+}
+// one sub-block of 16 k of the table form: int4 codes into 16 unsigned values (the values plus 64, below 128)
+template <int MT>
+inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_decoded<MT, 4, kTableRun, 32>(codes, x, k_stride, ip, table_decoder(values));
 }
 // one group of 32 k of IQ4 codes (8 k-quads of int4's 32 bytes, indices into the 16 values, biased by kIq4Bias),
 // less kIq4Bias sum(x)
 template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(values.v)));
-  dot_values_group<MT, 32>(codes, x, k_stride, ip, [table](const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
-    int4_quad(quad, w_lo, w_hi);
-    *w_lo = _mm256_shuffle_epi8(table, *w_lo);
-    *w_hi = _mm256_shuffle_epi8(table, *w_hi);
-  });
+  dot_values_group<MT, 32>(codes, x, k_stride, ip, table_decoder(values));
 }
 inline I16 isub_scalar(I16 a, int32_t x) {
   const __m256i v = _mm256_set1_epi32(x);

@@ -105,7 +105,8 @@ inline __m512i int4_quad(const uint8_t* p) {
   return _mm512_and_si512(both, _mm512_set1_epi8(0x0F));
 }
 // ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], x_i = x + i k_stride, where decode(quad)
-// gives a k-quad's 64 unsigned codes as bytes (VNNI); dot_codes for a decoder that is a plain function
+// gives a k-quad's 64 unsigned codes as bytes (VNNI); the decoder may hold state (a table), dot_codes takes a plain
+// function
 template <int MT, int Quads, int Bytes, typename Decode>
 inline void dot_decoded(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();

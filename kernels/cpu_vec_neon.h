@@ -158,7 +158,8 @@ inline int8x16_t four_bytes(const int8_t* p) {  // x[0..3] in every 32-bit lane
 }
 // ip[i]_j = sum over Quads k-quads of Bytes bytes each of w[j][k] x_i[k], where decode(quad, w) gives a k-quad's
 // 64 codes as four vectors of bytes: rows 0-3, 4-7 (the low nibbles of bytes 0-15, 16-31), 8-11, 12-15 (their high
-// nibbles), 4 consecutive k each, so sdot against x's 4 bytes gives 4 rows. Codes below 128 are valid int8.
+// nibbles), 4 consecutive k each, so sdot against x's 4 bytes gives 4 rows. Codes below 128 are valid int8. The
+// decoder may hold state (a table); dot_codes takes a plain function.
 template <int MT, int Quads, int Bytes, typename Decode>
 inline void dot_decoded(const uint8_t* codes, const int8_t* x, int64_t k_stride, I16* ip, const Decode& decode) {
   for (int i = 0; i < MT; ++i) ip[i] = izero();

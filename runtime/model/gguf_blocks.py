@@ -11,8 +11,8 @@ Every quantized GGUF type loads at the width closest to the file's:
 - types with no form of their own, in the nearest one that holds them: TQ1_0 / TQ2_0 (ternary) in Q2_K's, IQ3_S in
   Q4_K's, IQ3_XXS and IQ1_M in Q6_K's (gguf_iq.py decodes them and the other IQ1 / IQ2 types).
 Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL, IQ4_XS, IQ3_XXS and
-the TQ types bit for bit, IQ1 and IQ2 but where d / 8 falls below float16's normal range, Q4_K and Q5_K through their own scales (KScales, which the kernels' K-quant layout keeps),
-IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
+the TQ types bit for bit, IQ1 and IQ2 but where d / 8 falls below float16's normal range, Q4_K and Q5_K through
+their own scales (KScales, which the kernels' K-quant layout keeps), IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
 stack of forms no kernel layout shares goes through its float32 values, quantized per group of 32 (int4_codes /
 int8_codes).
 """
@@ -31,8 +31,9 @@ from radixlm.runtime.model.quantization import int4_codes, int8_codes
 
 TWO_BIT = frozenset({"Q2_K", "TQ1_0", "TQ2_0"})  # GGUF types kept as int2 (the ternary ones exactly: q - 1)
 THREE_BIT = frozenset({"Q3_K"})  # ... as int3
-GRIDS = {"IQ2_XXS": gguf_iq.iq2_xxs_codes, "IQ1_S": gguf_iq.iq1_s_codes,  # codes into GRID_VALUES, IQ4_XS's scales per 32 ...
-         "IQ2_XS": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_XS"),  # ... or per 16 (the table form)
+# GGUF types kept as int4 codes into GRID_VALUES: with IQ4_XS's scales per 32, or per 16 (the kernels' table form)
+GRIDS = {"IQ2_XXS": gguf_iq.iq2_xxs_codes, "IQ1_S": gguf_iq.iq1_s_codes,
+         "IQ2_XS": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_XS"),
          "IQ2_S": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_S")}
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S", *GRIDS})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
@@ -87,13 +88,13 @@ class QuantBlocks:
     3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'; 2 bits (Q2_K): w = d sc q - dmin m, its
     scales in kq (per 16); iq4 (4 bits, IQ4_NL / IQ4_XS): w = d
     kv[q] with kv IQ4_NL's values (cpu_matmul.IQ4_VALUES), or w = d sub kv[q] with sub per 32, d per 256 (IQ4_XS);
-    grid: kv GRID_VALUES (IQ2_XXS, IQ1_S, in IQ4_XS's form)."""
+    grid: kv GRID_VALUES (IQ2_XXS, IQ1_S in IQ4_XS's form; IQ2_XS, IQ2_S with sub per 16)."""
 
     q: torch.Tensor  # [N, K] uint8 (2 - 6 bits) or int8 (8 bits)
     d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 2, 3 and 6 bits, and IQ4_XS)
     m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and the others
     bits: int = 4
-    sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]
+    sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]; grid: either
     kq: KScales | None = None  # Q4_K / Q5_K / Q2_K: their own scales
     iq4: bool = False  # 4-bit codes indexing IQ4_NL's values (d per 32, or per 256 with sub)
     grid: bool = False  # iq4's codes index GRID_VALUES instead

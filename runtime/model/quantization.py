@@ -250,8 +250,9 @@ class QuantWeight:
             return native.subblock_rows(self.data, self.scales, ids, self.mins).to(self.act_dtype)
         if self.kind == "dense":  # row r is tile r // 16, lane r % 16 of every k
             return self.data[ids // 16, :, ids % 16]
-        if self.kind == "int4" and self.data.shape[2] == native.TABLE_BYTES:  # rare as a table: through w
-            return self._own_dequantize()[ids].to(self.act_dtype)
+        if self.kind == "int4" and self.data.shape[2] == native.TABLE_BYTES:  # the rows' tiles, then their lanes
+            tiles = native.dequantize_table(self.data[ids // 16], self.scales[ids // 16], self.mins)  # [T 16, K]
+            return tiles.view(ids.shape[0], 16, -1)[torch.arange(ids.shape[0]), ids % 16].to(self.act_dtype)
         if self.kind in ("int4", "int5"):
             return self._nibble_rows(ids)
         if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad and of d
