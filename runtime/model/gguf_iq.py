@@ -17,6 +17,8 @@ IQ3_S_BYTES = 110  # d float16, 64 bytes of grid indices' low bits, 8 of their h
 IQ3_XXS_BYTES = 98  # d float16, 64 bytes of grid indices, 8 uint32 of 4 x 7 sign bits and a 4-bit scale
 IQ2_XXS_BYTES = 66  # d float16, then per group of 32: 4 grid indices, a uint32 of 4 x 7 sign bits and a 4-bit scale
 IQ1_S_BYTES = 50  # d float16, 32 bytes of grid indices' low bits, 8 uint16 of their high bits, a scale and a delta
+IQ2_XS_BYTES = 74  # d float16, 32 uint16 of grid points and sign indices, 8 bytes of 4-bit scales
+IQ2_S_BYTES = 82  # d float16, 32 bytes of grid points' low bits, 32 of signs, 8 of their high bits, 8 of scales
 IQ1_M_BYTES = 56  # 32 bytes of grid indices' low bits, 16 of their high bits and deltas, 4 uint16 of scales and d
 # GRID_VALUES' codes (cpu_matmul.py): -43, -25, -8, 8, 25, 43, then -9, -7, -1, 1, 7, 9 at 6 .. 11
 _IQ2_CODE = {-43: 0, -25: 1, -8: 2, 8: 3, 25: 4, 43: 5}
@@ -137,18 +139,25 @@ def iq1_m_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarra
 
 def iq2_per_16_codes(data: np.ndarray, n: int, k: int, qtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """IQ2_XS / IQ2_S super-blocks of an [n, k] weight -> (q uint8 [n, k] in [0, 5], sub int8 [n, k / 16], d float32
-    [n, k / 256]) with w = (d / 8) sub GRID_VALUES[q], exactly: both end in 8 bytes of 4-bit s per 16 (low nibble
-    first) and start with d; the signed grid values come from gguf's dequantization, w / (d (0.5 + s) / 4), which
-    is exact (gguf computes w as that product of exact float32s)."""
-    import gguf
+    [n, k / 256]) with w = (d / 8) sub GRID_VALUES[q], exactly. Both start with d and end in 8 bytes of 4-bit s per
+    16 (low nibble first), sub = 1 + 2 s. IQ2_XS: 32 uint16, each a 9-bit point of iq2xs_grid and a 7-bit ksigns
+    index for weights 8 p .. 8 p + 7; IQ2_S: 32 low bytes of 10-bit points of iq2s_grid, 32 sign bytes (bit b for
+    weight 8 p + b), then the points' high bit pairs (bits 2 (p % 4) of byte p // 4)."""
+    from gguf.quants import IQ2_S, IQ2_XS, IQ2_XXS
 
-    kind = gguf.GGMLQuantizationType[qtype]
-    size = gguf.GGML_QUANT_SIZES[kind][1]
-    blocks = data.reshape(n * k // 256, size)
-    s = np.stack((blocks[:, -8:] & 15, blocks[:, -8:] >> 4), axis=2).reshape(-1, 16).astype(np.float32)  # [S, 16]
-    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)
-    db = d[:, None] * (np.float32(0.5) + s) * np.float32(0.25)  # as gguf's
-    w = np.asarray(gguf.quants.dequantize(data, kind), dtype=np.float32).reshape(-1, 16, 16)
-    g = np.divide(w, db[..., None], out=np.full(w.shape, 8, dtype=np.float32), where=db[..., None] != 0)
-    q = _codes(np.rint(g).astype(np.int16), _IQ2_CODE)
-    return q.reshape(n, k), (1 + 2 * s).astype(np.int8).reshape(n, -1), (d / 8).reshape(n, -1)
+    blocks = data.reshape(n * k // 256, IQ2_XS_BYTES if qtype == "IQ2_XS" else IQ2_S_BYTES)
+    if qtype == "IQ2_XS":
+        IQ2_XS.init_grid()
+        words = blocks[:, 2:66].copy().view(np.uint16)  # [S, 32]
+        points = IQ2_XS.grid.reshape(512, 8).astype(np.uint8)[words & 511]
+        signs = np.frombuffer(IQ2_XXS.ksigns, dtype=np.uint8)[words >> 9]
+    else:
+        IQ2_S.init_grid()
+        high = (blocks[:, 66:74, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3  # [S, 8, 4]
+        points = IQ2_S.grid.reshape(1024, 8).astype(np.uint8)[blocks[:, 2:34] | (high.reshape(-1, 32).astype(
+            np.int64) << 8)]
+        signs = blocks[:, 34:66]
+    g = _signed(points.reshape(-1, 8, 4, 8), signs.reshape(-1, 8, 4))  # [S, 8, 32]
+    s = np.stack((blocks[:, -8:] & 15, blocks[:, -8:] >> 4), axis=2).reshape(-1, 16)  # [S, 16]
+    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32) / 8
+    return _codes(g, _IQ2_CODE).reshape(n, k), (1 + 2 * s).astype(np.int8).reshape(n, -1), d.reshape(n, -1)
