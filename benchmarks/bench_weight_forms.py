@@ -28,7 +28,8 @@ from common import cpu_description  # noqa: E402
 
 # form -> bits a weight (codes and scales) in its kernel's layout
 BITS = {"int8 (Q8_0)": 8.5, "int4 K (Q4_K)": 4.625, "int4 (Q4_0)": 4.5, "IQ4_XS": 4.3125, "int5 K (Q5_K)": 5.625,
-        "int6 (Q6_K)": 6.5625, "int3 (Q3_K)": 3.5625, "int2 (Q2_K)": 3.125, "table (IQ2_XS)": 4.5625}
+        "int6 (Q6_K)": 6.5625, "int3 (Q3_K)": 3.5625, "int2 (Q2_K)": 3.125, "table (IQ2_XS)": 4.5625,
+        "grid (IQ2_XXS)": 4.3125}
 
 
 def make_forms(n: int, k: int, isa: int) -> dict:
@@ -48,6 +49,7 @@ def make_forms(n: int, k: int, isa: int) -> dict:
     w3 = cm.pack_int3(ints(0, 8, n, k), ints(-32, 32, n, k // 16), d256)
     w2 = cm.pack_int2(ints(0, 4, n, k), ints(0, 16, n, k // 16), ints(0, 16, n, k // 16), d256, d256)
     wt = cm.pack_table(ints(0, 6, n, k), 1 + 2 * ints(0, 16, n, k // 16), d256)
+    wg = cm.pack_iq4(ints(0, 6, n, k), d256, 1 + 2 * ints(0, 16, n, k // 32))
     return {"int8 (Q8_0)": lambda x: cm.int8_linear(x, *w8, isa),
             "int4 K (Q4_K)": lambda x: cm.int4_linear(x, *w4k, isa),
             "int4 (Q4_0)": lambda x: cm.int4_linear(x, *w4, isa),
@@ -56,7 +58,8 @@ def make_forms(n: int, k: int, isa: int) -> dict:
             "int6 (Q6_K)": lambda x: cm.int6_linear(x, *w6, isa),
             "int3 (Q3_K)": lambda x: cm.int3_linear(x, *w3, isa),
             "int2 (Q2_K)": lambda x: cm.int2_linear(x, *w2, isa),
-            "table (IQ2_XS)": lambda x: cm.int4_linear(x, *wt, cm.GRID_VALUES, isa)}
+            "table (IQ2_XS)": lambda x: cm.int4_linear(x, *wt, cm.GRID_VALUES, isa),
+            "grid (IQ2_XXS)": lambda x: cm.int4_linear(x, *wg, cm.GRID_VALUES, isa)}
 
 
 def time_forms(forms: dict, x: torch.Tensor, rounds: int) -> dict[str, float]:

@@ -108,11 +108,12 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
 // codes followed by the tile's 16 int8 scales sc, d per 256, so d_g = d sc exactly in float32): per 64-block of K
 // (one activation scale, two weight groups) the groups' exact int32 dot products (less the bias times sum(x) where
 // the path biases w to unsigned bytes) scaled as (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
-template <int MT, bool Iq4, bool Xs, typename T>
+// Small: the values lie in [-64, 63] and come plus 64 (kUnsignedTables).
+template <int MT, bool Iq4, bool Xs, typename T, bool Small = false>
 void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& values, int64_t n, int64_t tile,
                      const QuantizedX& xq, int64_t m0, T* y) {
   constexpr int64_t kGroupBytes = Iq4 ? (Xs ? 272 : 256) : 512;  // a group of 32 k x 16 rows: nibbles (+ sc) or int8
-  constexpr int32_t kBias = Iq4 ? kIq4Bias : kInt8Bias;
+  constexpr int32_t kBias = Small ? sub_offset(4) : Iq4 ? kIq4Bias : kInt8Bias;
   const int64_t k = xq.k, nb = xq.nb, g_count = k / 32, s_count = Xs ? k / 256 : g_count;
   const uint8_t* wt = codes + tile * g_count * kGroupBytes;
   const at::Half* dt = d + tile * s_count * 16;
@@ -127,7 +128,9 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& va
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
       I16 ip[MT];
-      if constexpr (Iq4) {
+      if constexpr (Small) {
+        dot_table_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, values, ip);
+      } else if constexpr (Iq4) {
         dot_iq4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, values, ip);
       } else {
         dot_int8_group<MT>(reinterpret_cast<const int8_t*>(wt) + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k,
@@ -327,12 +330,18 @@ void int8_tiles(const int8_t* q, const at::Half* d, int64_t n, int64_t t0, int64
 template <typename T>
 void iq4_tiles(const uint8_t* codes, const at::Half* d, const int8_t* values, bool xs, int64_t n, int64_t t0,
                int64_t t1, const QuantizedX& xq, int64_t m, T* y) {
-  const Iq4Table table = biased_values(values, kIq4Bias);  // as this path's dot product takes them
+  const bool small = kUnsignedTables && small_values(values);
+  const Iq4Table table = biased_values(values, small ? sub_offset(4) : kIq4Bias);  // as the dot product takes them
   for_row_runs(m, t0, t1, [&](auto mt, int64_t t, int64_t m0) {
+    constexpr int kMT = decltype(mt)::value;
+    if constexpr (kUnsignedTables) {
+      if (small && xs) return byte_value_tile<kMT, true, true, T, true>(codes, d, table, n, t, xq, m0, y);
+      if (small) return byte_value_tile<kMT, true, false, T, true>(codes, d, table, n, t, xq, m0, y);
+    }
     if (xs) {
-      byte_value_tile<decltype(mt)::value, true, true>(codes, d, table, n, t, xq, m0, y);
+      byte_value_tile<kMT, true, true>(codes, d, table, n, t, xq, m0, y);
     } else {
-      byte_value_tile<decltype(mt)::value, true, false>(codes, d, table, n, t, xq, m0, y);
+      byte_value_tile<kMT, true, false>(codes, d, table, n, t, xq, m0, y);
     }
   });
 }

@@ -15,9 +15,9 @@
 namespace radixlm_cpu {
 
 // A weight for the matmuls: int4 (bits 4: codes, d, mn; mn may be empty; or IQ4 codes, d and in mn their values or
-// nothing; or the table form's codes, d and values), int5 (bits 5: codes, d, mn), int6 (bits 6: codes with their sub-block scales, d per 256), int3 (bits 3:
-// likewise), int2 (bits 2: likewise, and -dmin), int8 (bits 8: q, d per group of 32) or dense (bits 16: the
-// [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
+// nothing; or the table form's codes, d and values), int5 (bits 5: codes, d, mn), int6 (bits 6: codes with their
+// sub-block scales, d per 256), int3 (bits 3: likewise), int2 (bits 2: likewise, and -dmin), int8 (bits 8: q, d per
+// group of 32) or dense (bits 16: the [N / 16, K, 16] tiles in x's dtype). cpu_matmul.cpp has the layouts.
 struct QuantWeightRef {
   int64_t bits;
   at::Tensor data, scales, mins;

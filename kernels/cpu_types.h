@@ -21,6 +21,12 @@ struct Iq4Table {
   alignas(16) int8_t v[16];
 };
 inline constexpr Iq4Table kIq4Values = {{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}};
+// whether every one of 16 values lies in [-64, 63] (so that plus 64 they are unsigned bytes below 128)
+inline bool small_values(const int8_t* values) {
+  bool small = true;
+  for (int i = 0; i < 16; ++i) small = small && values[i] >= -64 && values[i] < 64;
+  return small;
+}
 // values + bias as bytes (a path whose dot product multiplies unsigned bytes takes them biased by 128)
 inline Iq4Table biased_values(const int8_t* values, int32_t bias) {
   Iq4Table t;
@@ -109,6 +115,7 @@ struct AttentionTask {
 }  // namespace radixlm_cpu
 
 using radixlm_cpu::biased_values;
+using radixlm_cpu::small_values;
 using radixlm_cpu::Iq4Table;
 using radixlm_cpu::kIq4Values;
 using radixlm_cpu::QuantizedX;

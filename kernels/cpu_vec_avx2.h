@@ -301,6 +301,7 @@ inline I16 idot_pairs(I16 w, int32_t x, I16 acc) {
 // VNNI multiplies unsigned by signed bytes: the values come biased by 128, and the tile subtracts 128 sum(x) per group
 constexpr int32_t kInt8Bias = 128, kIq4Bias = 128;
 constexpr int kTableRun = 4;  // the table form's k-quads a run (any: vpdpbusd sums in int32)
+constexpr bool kUnsignedTables = false;  // the IQ4 layout's values go biased by 128 whatever their range
 inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   *w_lo = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)), flip);
@@ -315,6 +316,9 @@ inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_st
 // signed values in [-127, 127]: |w| times x with w's sign (maddubs pairs at most 2 * 127 * 127, a maddwd a k-quad)
 constexpr int32_t kInt8Bias = 0, kIq4Bias = 0;
 constexpr int kTableRun = 1;  // the table form's codes up to 127: maddubs pairs to 32,258
+// an IQ4 table whose values lie in [-64, 63] goes plus 64 as unsigned codes (dot_table_group), which maddubs takes
+// without the signed products' two sign operations
+constexpr bool kUnsignedTables = true;
 inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
   *w_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad));
   *w_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32));
@@ -354,6 +358,11 @@ inline auto table_decoder(const Iq4Table& values) {
 template <int MT>
 inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
   dot_decoded<MT, 4, kTableRun, 32>(codes, x, k_stride, ip, table_decoder(values));
+}
+// one group of 32 k of IQ4 codes into 16 unsigned values below 128 (a table in [-64, 63] plus 64)
+template <int MT>
+inline void dot_table_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_decoded<MT, 8, kTableRun, 32>(codes, x, k_stride, ip, table_decoder(values));
 }
 // one group of 32 k of IQ4 codes (8 k-quads of int4's 32 bytes, indices into the 16 values, biased by kIq4Bias),
 // less kIq4Bias sum(x)

@@ -225,6 +225,12 @@ template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
   dot_codes_group<MT, 4, 8>(codes, x, k_stride, ip, values.v);
 }
+// one group of 32 k of codes into unsigned values below 128 (kUnsignedTables: unused here, dot_iq4_group serves)
+constexpr bool kUnsignedTables = false;
+template <int MT>
+inline void dot_table_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_codes_group<MT, 4, 8>(codes, x, k_stride, ip, values.v);
+}
 // one sub-block of 16 k of the table form (the values plus 64)
 template <int MT>
 inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {

@@ -164,6 +164,7 @@ def test_matmuls_are_identical_across_paths_and_batch_invariant(dtype):
     x[:, :32] = 100.0
     for run in (lambda i, xs: ck.int4_linear(xs, codes, d, mn, i), lambda i, xs: ck.int8_linear(xs, q8, d8, i),
                 lambda i, xs: ck.int4_linear(xs, iq4, diq4, None, i),
+                lambda i, xs: ck.int4_linear(xs, iq4, diq4, ck.GRID_VALUES, i),
                 lambda i, xs: ck.int4_linear(xs, xs4, dxs4, None, i),
                 lambda i, xs: ck.int4_linear(xs, xs4, dxs4, ck.GRID_VALUES, i),
                 lambda i, xs: ck.int4_linear(xs, tq, td, ck.GRID_VALUES, i)):
