@@ -129,7 +129,7 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& va
     for (int h = 0; h < 2; ++h) {
       I16 ip[MT];
       if constexpr (Small) {
-        dot_table_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, values, ip);
+        dot_table<MT, 8>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, values, ip);
       } else if constexpr (Iq4) {
         dot_iq4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, values, ip);
       } else {
@@ -219,7 +219,7 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
       if constexpr (Bits == 6) dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       if constexpr (Bits == 3) dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
       if constexpr (Bits == 2) dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      if constexpr (Bits == 4) dot_table_sub<MT>(sub, xs + b * kBlock + 16 * j, k, *table, ip);
+      if constexpr (Bits == 4) dot_table<MT, 4>(sub, xs + b * kBlock + 16 * j, k, *table, ip);
       const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt));
       for (int i = 0; i < MT; ++i) {
         const I16 off = kPairs || Bits == 2 ? ip[i] : isub_scalar(ip[i], sub_offset(Bits) * s16[i * nb * 4]);

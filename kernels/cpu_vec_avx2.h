@@ -316,7 +316,7 @@ inline void dot_values_group(const uint8_t* codes, const int8_t* x, int64_t k_st
 // signed values in [-127, 127]: |w| times x with w's sign (maddubs pairs at most 2 * 127 * 127, a maddwd a k-quad)
 constexpr int32_t kInt8Bias = 0, kIq4Bias = 0;
 constexpr int kTableRun = 1;  // the table form's codes up to 127: maddubs pairs to 32,258
-// an IQ4 table whose values lie in [-64, 63] goes plus 64 as unsigned codes (dot_table_group), which maddubs takes
+// an IQ4 table whose values lie in [-64, 63] goes plus 64 as unsigned codes (dot_table), which maddubs takes
 // without the signed products' two sign operations
 constexpr bool kUnsignedTables = true;
 inline void int8_quad(const uint8_t* quad, __m256i* w_lo, __m256i* w_hi) {
@@ -354,15 +354,10 @@ inline auto table_decoder(const Iq4Table& values) {
     *hi = _mm256_shuffle_epi8(table, *hi);
   };
 }
-// one sub-block of 16 k of the table form: int4 codes into 16 unsigned values (the values plus 64, below 128)
-template <int MT>
-inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_decoded<MT, 4, kTableRun, 32>(codes, x, k_stride, ip, table_decoder(values));
-}
-// one group of 32 k of IQ4 codes into 16 unsigned values below 128 (a table in [-64, 63] plus 64)
-template <int MT>
-inline void dot_table_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_decoded<MT, 8, kTableRun, 32>(codes, x, k_stride, ip, table_decoder(values));
+// Quads k-quads of int4 codes into 16 unsigned values below 128 (a table in [-64, 63] plus 64)
+template <int MT, int Quads>
+inline void dot_table(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_decoded<MT, Quads, kTableRun, 32>(codes, x, k_stride, ip, table_decoder(values));
 }
 // one group of 32 k of IQ4 codes (8 k-quads of int4's 32 bytes, indices into the 16 values, biased by kIq4Bias),
 // less kIq4Bias sum(x)

@@ -189,17 +189,7 @@ template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
   dot_table<MT, 8>(codes, x, k_stride, values, ip);
 }
-// one group of 32 k of codes into unsigned values below 128 (kUnsignedTables: unused here, dot_iq4_group serves)
-constexpr bool kUnsignedTables = false;
-template <int MT>
-inline void dot_table_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_table<MT, 8>(codes, x, k_stride, values, ip);
-}
-// one sub-block of 16 k of the table form (the values plus 64: below 128)
-template <int MT>
-inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_table<MT, 4>(codes, x, k_stride, values, ip);
-}
+constexpr bool kUnsignedTables = false;  // dot_iq4_group is dot_table already
 inline I16 widen_int8(const int8_t* p) { return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
 inline I16 imadd(I16 a, I16 b, I16 c) { return {_mm512_add_epi32(_mm512_mullo_epi32(a.v, b.v), c.v)}; }  // a b + c
 // lane l: the int16 pair (c a[l], c b[l]) (c a, c b within int16)

@@ -303,17 +303,7 @@ template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
   dot_table<MT, 8>(codes, x, k_stride, values, ip);
 }
-// one group of 32 k of codes into unsigned values below 128 (kUnsignedTables: unused here, dot_iq4_group serves)
-constexpr bool kUnsignedTables = false;
-template <int MT>
-inline void dot_table_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_table<MT, 8>(codes, x, k_stride, values, ip);
-}
-// one sub-block of 16 k of the table form (the values plus 64)
-template <int MT>
-inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_table<MT, 4>(codes, x, k_stride, values, ip);
-}
+constexpr bool kUnsignedTables = false;  // dot_iq4_group is dot_table already
 inline I16 isub_scalar(I16 a, int32_t x) {
   const int32x4_t v = vdupq_n_s32(x);
   return {vsubq_s32(a.q[0], v), vsubq_s32(a.q[1], v), vsubq_s32(a.q[2], v), vsubq_s32(a.q[3], v)};

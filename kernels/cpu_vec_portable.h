@@ -219,22 +219,17 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
     }
   }
 }
-// the IQ4 layout's 16 values, multiplied as they are
+// Quads k-quads of int4 codes into 16 values, multiplied as they are
+template <int MT, int Quads>
+inline void dot_table(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
+  dot_codes_group<MT, 4, Quads>(codes, x, k_stride, ip, values.v);
+}
+// one group of 32 k of the IQ4 layout's codes
 constexpr int32_t kIq4Bias = 0;
+constexpr bool kUnsignedTables = false;  // dot_iq4_group is dot_table already
 template <int MT>
 inline void dot_iq4_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_codes_group<MT, 4, 8>(codes, x, k_stride, ip, values.v);
-}
-// one group of 32 k of codes into unsigned values below 128 (kUnsignedTables: unused here, dot_iq4_group serves)
-constexpr bool kUnsignedTables = false;
-template <int MT>
-inline void dot_table_group(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_codes_group<MT, 4, 8>(codes, x, k_stride, ip, values.v);
-}
-// one sub-block of 16 k of the table form (the values plus 64)
-template <int MT>
-inline void dot_table_sub(const uint8_t* codes, const int8_t* x, int64_t k_stride, const Iq4Table& values, I16* ip) {
-  dot_codes_group<MT, 4, 4>(codes, x, k_stride, ip, values.v);
+  dot_table<MT, 8>(codes, x, k_stride, values, ip);
 }
 inline I16 isub_scalar(I16 a, int32_t x) {
   for (int i = 0; i < 16; ++i) a.v[i] -= x;
