@@ -85,9 +85,10 @@ void check_weight(const QuantWeightRef& w) {
     TORCH_CHECK(w.data.scalar_type() == at::kByte && w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 &&
                 w.scales.size(0) == w.data.size(0) && w.scales.size(1) * 16 == w.data.size(1) &&
                 w.scales.size(2) == 16 && w.data.is_contiguous() && w.scales.is_contiguous() && w.mins.defined() &&
-                w.mins.scalar_type() == at::kChar && w.mins.numel() == 16 && w.mins.is_contiguous(),
+                w.mins.scalar_type() == at::kChar && w.mins.numel() == 16 && w.mins.is_contiguous() &&
+                small_values(w.mins.data_ptr<int8_t>()),
                 "int4 weight, table form: uint8 codes [N / 16, K / 16, 144] with float16 d [N / 16, K / 256, 16] and "
-                "an int8 [16] table of the codes' values");
+                "an int8 [16] table of the codes' values, each in [-64, 63]");
   } else if (w.kform()) {
     check_kform(w);
   } else if (w.iq4()) {
@@ -135,10 +136,10 @@ void check_weight(const QuantWeightRef& w) {
 
 int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
 int64_t QuantWeightRef::k() const {
-  return bits == 16                 ? data.size(1)
-         : bits <= 3 || bits == 6 || table() ? data.size(1) * 16
-         : kform() || iq4()         ? data.size(1) * 32
-                                    : scales.size(1) * 32;
+  return bits == 16                            ? data.size(1)
+         : bits <= 3 || bits == 6 || table()  ? data.size(1) * 16
+         : kform() || iq4()                   ? data.size(1) * 32
+                                              : scales.size(1) * 32;
 }
 
 void prepare_range(const at::Tensor& x, const CellPart& p, const Activations& a, int64_t bits, int64_t isa) {

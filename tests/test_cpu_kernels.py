@@ -234,6 +234,8 @@ def test_matmuls_reject_bad_inputs_with_a_message():
     tq, td = ck.pack_table(torch.zeros(16, 256, dtype=torch.uint8), torch.ones(16, 16), torch.ones(16, 1))
     with pytest.raises(RuntimeError, match="table form"):  # the table form needs its table
         ck.int4_linear(torch.zeros(1, 256), tq, td, None, 0)
+    with pytest.raises(RuntimeError, match=r"each in \[-64, 63\]"):  # ... of values that fit its unsigned codes
+        ck.int4_linear(torch.zeros(1, 256), tq, td, ck.IQ4_VALUES, 0)
 
 
 def _decode_case(dtype, d, heads, gen):
