@@ -136,7 +136,7 @@ void check_weight(const QuantWeightRef& w) {
 
 int64_t QuantWeightRef::n() const { return bits == 16 ? data.size(0) * 16 : scales.size(0) * 16; }
 int64_t QuantWeightRef::k() const {
-  return bits == 16                            ? data.size(1)
+  return bits == 16                           ? data.size(1)
          : bits <= 3 || bits == 6 || table()  ? data.size(1) * 16
          : kform() || iq4()                   ? data.size(1) * 32
                                               : scales.size(1) * 32;
