@@ -1,6 +1,6 @@
 """GGUF's IQ and ternary types as radixlm's kernel forms (runtime/model/gguf_blocks.py, gguf_iq.py), against the
 `gguf` package's own dequantization: IQ4_NL / IQ4_XS as int4 codes into their values, IQ2 / IQ1_S into the grids'
-values (IQ4_XS's layout, or the table form with scales per 16), IQ3_XXS and IQ1_M as int6, IQ3_S in the K-quant
+values (IQ4_XS's layout, or the table form with scales per 16: IQ2_XS, IQ2_S, IQ1_M), IQ3_XXS as int6, IQ3_S in the K-quant
 form and TQ1_0 / TQ2_0 as int2, exactly (IQ3_S but for a float16 rounding); and a file of IQ2 layers serves."""
 
 from __future__ import annotations
@@ -76,9 +76,10 @@ def test_ternary_types_load_exactly_as_int2(qtype):
     assert torch.equal(blocks.dequantize(), want) and float(want.abs().max()) > 0
 
 
-def test_iq1_m_loads_exactly_as_int6():
+def test_iq1_m_loads_exactly_in_the_table_form():
     """IQ1_M's weights are d (1 + 2 s) (g -+ 1 / 8), g in -1, 0, 1, s per 16, a delta a point of 8, d float16 in the
-    scales' top nibbles: Q6_K's form holds them exactly with q - 32 = 8 g -+ 1, sub = 1 + 2 s and d / 8 per 256."""
+    scales' top nibbles: the table form holds them exactly, codes into GRID_VALUES' 8 g -+ 1, sub = 1 + 2 s and d / 8
+    per 256, through the blocks and the kernels' layout."""
     raw = random_blocks("IQ1_M", 32, 512, seed=13)
     d = np.random.default_rng(13).uniform(5e-3, 5e-2, size=raw.size // 56).astype(np.float16).view(np.uint16)
     words = raw.reshape(-1, 56)[:, 48:].copy().view(np.uint16)  # d's nibbles on top of the scales' 12 bits
@@ -86,9 +87,13 @@ def test_iq1_m_loads_exactly_as_int6():
     raw.reshape(-1, 56)[:, 48:] = words.view(np.uint8)
     want = reference(raw, "IQ1_M", 32, 512)
     blocks = QuantBlocks.from_gguf(raw, "IQ1_M", [32, 512])
-    assert blocks.bits == 6 and blocks.sub.shape == (32, 32) and bool((blocks.sub % 2 == 1).all())
+    assert blocks.form == "grid16" and blocks.sub.shape == (32, 32) and bool((blocks.sub % 2 == 1).all())
     assert torch.equal(blocks.dequantize(), want) and float(want.abs().max()) > 0
-    assert set((blocks.q.long() - 32).unique().tolist()) == {-9, -7, -1, 1, 7, 9}
+    assert set(blocks.q.unique().tolist()) == set(range(6, 12))
+    if cpu_ext.available():
+        quant = QuantWeight.from_iq4_codes(blocks.q, blocks.d, blocks.sub, torch.float32, cpu_ext.resolve("auto"),
+                                           blocks.values)
+        assert quant.data.shape[2] == ck.TABLE_BYTES and torch.equal(quant.dequantize(), want)
 
 
 def test_iq3_xxs_loads_exactly_as_int6():

@@ -4,12 +4,12 @@ Every quantized GGUF type loads at the width closest to the file's:
 - Q2_K -> int2, its own form: w = d sc q - dmin m, q in [0, 3], 4-bit sc and m per 16, d and dmin per 256;
 - Q3_K -> int3, its own form: w = d sc (q - 4), q in [0, 7], an int8 sc per 16, d per 256;
 - IQ4_NL / IQ4_XS -> int4 codes indexing IQ4_NL's 16 values: w = d kv[q], d per 32; IQ4_XS: w = d sc kv[q], an int8
-  sc per 32, d per 256; IQ2_XXS and IQ1_S likewise into their grids' values (cpu_matmul.GRID_VALUES, d / 8), IQ2_XS
-  and IQ2_S too with sc per 16 (the kernels' table form);
+  sc per 32, d per 256; IQ2_XXS and IQ1_S likewise into their grids' values (cpu_matmul.GRID_VALUES, d / 8), IQ2_XS,
+  IQ2_S and IQ1_M too with sc per 16 (the kernels' table form);
 - the other 4-bit types -> int4 (w = d q + mn per group of 32, q in [0, 15]), 5 bits -> int5 (q in [0, 31]);
 - Q6_K -> int6, its own form: w = d sc (q - 32), q in [0, 63], sc and d as int3's; 8 bits -> int8 (w = d q);
 - types with no form of their own, in the nearest one that holds them: TQ1_0 / TQ2_0 (ternary) in Q2_K's, IQ3_S in
-  Q4_K's, IQ3_XXS and IQ1_M in Q6_K's (gguf_iq.py decodes them and the other IQ1 / IQ2 types).
+  Q4_K's, IQ3_XXS in Q6_K's (gguf_iq.py decodes them and the IQ1 / IQ2 types).
 Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL, IQ4_XS, IQ3_XXS and
 the TQ types bit for bit, IQ1 and IQ2 but where d / 8 falls below float16's normal range, Q4_K and Q5_K through
 their own scales (KScales, which the kernels' K-quant layout keeps), IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
@@ -34,10 +34,10 @@ THREE_BIT = frozenset({"Q3_K"})  # ... as int3
 # GGUF types kept as int4 codes into GRID_VALUES: with IQ4_XS's scales per 32, or per 16 (the kernels' table form)
 GRIDS = {"IQ2_XXS": gguf_iq.iq2_xxs_codes, "IQ1_S": gguf_iq.iq1_s_codes,
          "IQ2_XS": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_XS"),
-         "IQ2_S": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_S")}
+         "IQ2_S": partial(gguf_iq.iq2_per_16_codes, qtype="IQ2_S"), "IQ1_M": gguf_iq.iq1_m_codes}
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K", "IQ4_NL", "IQ4_XS", "IQ3_S", *GRIDS})  # ... as int4
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # ... as int5
-SIX_BIT = frozenset({"Q6_K", "IQ3_XXS", "IQ1_M"})  # ... as int6
+SIX_BIT = frozenset({"Q6_K", "IQ3_XXS"})  # ... as int6
 EIGHT_BIT = frozenset({"Q8_0", "Q8_K"})  # ... as int8
 WIDTHS = {qtype: bits for types, bits in ((TWO_BIT, 2), (THREE_BIT, 3), (FOUR_BIT, 4), (FIVE_BIT, 5), (SIX_BIT, 6),
                                           (EIGHT_BIT, 8)) for qtype in types}
@@ -88,7 +88,7 @@ class QuantBlocks:
     3 bits (Q3_K): w = d sub (q - 4), q in [0, 7], sub and d as 6 bits'; 2 bits (Q2_K): w = d sc q - dmin m, its
     scales in kq (per 16); iq4 (4 bits, IQ4_NL / IQ4_XS): w = d
     kv[q] with kv IQ4_NL's values (cpu_matmul.IQ4_VALUES), or w = d sub kv[q] with sub per 32, d per 256 (IQ4_XS);
-    grid: kv GRID_VALUES (IQ2_XXS, IQ1_S in IQ4_XS's form; IQ2_XS, IQ2_S with sub per 16)."""
+    grid: kv GRID_VALUES (IQ2_XXS, IQ1_S in IQ4_XS's form; IQ2_XS, IQ2_S, IQ1_M with sub per 16)."""
 
     q: torch.Tensor  # [N, K] uint8 (2 - 6 bits) or int8 (8 bits)
     d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 2, 3 and 6 bits, and IQ4_XS)
@@ -132,9 +132,6 @@ class QuantBlocks:
             return _iq3_s_blocks(data, n, k)
         if qtype == "IQ3_XXS":
             return _iq3_xxs_blocks(data, n, k)
-        if qtype == "IQ1_M":  # Q6_K's form: w = (d / 8) sub (q - 32)
-            q, sub, d = (torch.from_numpy(a) for a in gguf_iq.iq1_m_codes(data, n, k))
-            return cls(q, d.half(), None, 6, sub)
         if qtype in GRIDS:
             q, sc, d = (torch.from_numpy(a) for a in GRIDS[qtype](data, n, k))
             return cls(q, d.half(), None, 4, sc, iq4=True, grid=True)

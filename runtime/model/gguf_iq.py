@@ -22,6 +22,7 @@ IQ2_S_BYTES = 82  # d float16, 32 bytes of grid points' low bits, 32 of signs, 8
 IQ1_M_BYTES = 56  # 32 bytes of grid indices' low bits, 16 of their high bits and deltas, 4 uint16 of scales and d
 # GRID_VALUES' codes (cpu_matmul.py): -43, -25, -8, 8, 25, 43, then -9, -7, -1, 1, 7, 9 at 6 .. 11
 _IQ2_CODE = {-43: 0, -25: 1, -8: 2, 8: 3, 25: 4, 43: 5}
+_IQ1_CODE = {-9: 6, -7: 7, -1: 8, 1: 9, 7: 10, 9: 11}
 
 
 def _signed(points: np.ndarray, signs: np.ndarray) -> np.ndarray:
@@ -113,12 +114,12 @@ def iq1_s_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarra
     g = 8 * grid[point].reshape(-1, 8, 32) + delta[:, :, None]
     sc = (1 + 2 * ((qh >> 12) & 7)).astype(np.int8)
     d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32) / 8
-    return _codes(g, {-9: 6, -7: 7, -1: 8, 1: 9, 7: 10, 9: 11}).reshape(n, k), sc.reshape(n, -1), d.reshape(n, -1)
+    return _codes(g, _IQ1_CODE).reshape(n, k), sc.reshape(n, -1), d.reshape(n, -1)
 
 
 def iq1_m_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """IQ1_M super-blocks of an [n, k] weight -> (q uint8 [n, k] in [23, 41], sub int8 [n, k / 16], d float32 [n, k /
-    256]) with w = (d / 8) sub (q - 32) (Q6_K's form), exactly: weights 8 p .. 8 p + 7 (p < 32) are grid point qs[p]
+    """IQ1_M super-blocks of an [n, k] weight -> (q uint8 [n, k] in [6, 11], sub int8 [n, k / 16], d float32 [n, k /
+    256]) with w = (d / 8) sub GRID_VALUES[q] (the table form), exactly: weights 8 p .. 8 p + 7 (p < 32) are grid point qs[p]
     + 256 (bits 0-2 of nibble p % 2 of qh[p // 2]) plus the delta -+ 1 / 8 (minus where the nibble's bit 3 is set);
     sub-block j's s is bits 3 (j % 4) .. + 2 of the scales' uint16 j // 4, sub = 1 + 2 s, and d the float16 made of
     the four uint16s' top nibbles. gguf's d (1 + 2 s) (g -+ 1 / 8) is (d / 8) sub (8 g -+ 1)."""
@@ -134,7 +135,7 @@ def iq1_m_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarra
     sub = (1 + 2 * ((words[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7)).astype(np.int8)
     top = (words >> 12).astype(np.uint16) << np.array([0, 4, 8, 12], dtype=np.uint16)
     d = np.bitwise_or.reduce(top, axis=1).view(np.float16).astype(np.float32) / 8
-    return (g + 32).astype(np.uint8).reshape(n, k), sub.reshape(n, -1), d.reshape(n, -1)
+    return _codes(g, _IQ1_CODE).reshape(n, k), sub.reshape(n, -1), d.reshape(n, -1)
 
 
 def iq2_per_16_codes(data: np.ndarray, n: int, k: int, qtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

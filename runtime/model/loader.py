@@ -91,8 +91,8 @@ def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device:
         return "int8", held
     if types and types <= WIDTHS.keys():
         return "mixed", held + (" (each at its width: int2 for Q2_K, int3 for Q3_K, int4 for the other 4-bit types "
-                                "(IQ4_*, IQ2_* and IQ1_S as codes into their values) and IQ3_S, int5 for 5 bits, int6 "
-                                "for Q6_K, IQ3_XXS and IQ1_M, int8 for 8)")
+                                "(IQ4_*, IQ2_* and IQ1_* as codes into their values) and IQ3_S, int5 for 5 bits, int6 "
+                                "for Q6_K and IQ3_XXS, int8 for 8)")
     return "none", f"the GGUF file's layers are {'/'.join(sorted(types)) or 'dense'}"
 
 
