@@ -40,8 +40,8 @@ IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 
 # GGUF's IQ2_XXS grid values (8, 25, 43 with a sign) and IQ1_S's times 8 (8 g -+ 1 for g in -1, 0, 1: its delta is
 # -+ 1 / 8), one table so both types' codes share the IQ4 layout: w = d sc GRID_VALUES[q] with d a 1 / 8 of theirs
 GRID_VALUES = torch.tensor([-43, -25, -8, 8, 25, 43, -9, -7, -1, 1, 7, 9, 0, 0, 0, 0], dtype=torch.int8)
-IQ4_GROUP_BYTES = {256: False, 272: True}
-TABLE_BYTES, TABLE_OFFSET = 4 * 32 + 16, 64  # the table form's bytes a sub-block of 16; its values are stored + 64  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
+IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
+TABLE_BYTES = 4 * 32 + 16  # the table form's bytes a sub-block of 16: 4 k-quads of nibbles, then 16 scales
 __all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear",
            "int8_linear", "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8",
            "pack_iq4", "pack_table"]
@@ -103,13 +103,11 @@ def dequantize_iq4(codes: torch.Tensor, d: torch.Tensor, values: torch.Tensor | 
     """-> w [N, K] float32 = d kv[q] per group of 32 (IQ4_XS: d sc kv[q], d sc exact), kv ``values`` (int8 [16]) or,
     if None or empty, IQ4_VALUES."""
     kv = IQ4_VALUES if values is None or values.numel() == 0 else values
-    nt, groups = codes.shape[:2]
-    q = unnibble(codes[:, :, :256].reshape(nt, groups * 8, 32))
-    scale = unpack_scales(d).float()
     if IQ4_GROUP_BYTES[codes.shape[2]]:
-        sc = codes[:, :, 256:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, groups)
-        scale = scale.repeat_interleave(SUPER // GROUP, 1) * sc.float()
-    return (kv[q.long()].float().view(nt * 16, groups, GROUP) * scale[..., None]).flatten(1)
+        return _values_with_scales(codes, d, kv, GROUP)
+    nt, groups = codes.shape[:2]
+    q = unnibble(codes.reshape(nt, groups * 8, 32))
+    return (kv[q.long()].float().view(nt * 16, groups, GROUP) * unpack_scales(d).float()[..., None]).flatten(1)
 
 
 def pack_table(q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,11 +124,17 @@ def pack_table(q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor) -> tuple[tor
 
 def dequantize_table(codes: torch.Tensor, d: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """-> w [N, K] float32 = d sub values[q] per sub-block of 16 (d sub exact)."""
-    nt, subs = codes.shape[:2]
-    q = unnibble(codes[:, :, :128].reshape(nt, subs * 4, 32))
-    sc = codes[:, :, 128:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, subs)
-    scale = unpack_scales(d).float().repeat_interleave(SUPER // SUB, 1) * sc.float()
-    return (values[q.long()].float().view(nt * 16, subs, SUB) * scale[..., None]).flatten(1)
+    return _values_with_scales(codes, d, values, SUB)
+
+
+def _values_with_scales(codes: torch.Tensor, d: torch.Tensor, kv: torch.Tensor, per: int) -> torch.Tensor:
+    """Codes [N / 16, K / per, per * 8 + 16] (each group's int4 codes into kv, then the tile's 16 int8 sc; IQ4_XS's
+    layout for per 32, the table form's for 16), d [N / 16, K / 256, 16] -> w [N, K] float32 = d sc kv[q]."""
+    nt, groups = codes.shape[:2]
+    q = unnibble(codes[:, :, :per * 8].reshape(nt, groups * per // 4, 32))
+    sc = codes[:, :, per * 8:].contiguous().view(torch.int8).transpose(1, 2).reshape(nt * 16, groups)
+    scale = unpack_scales(d).float().repeat_interleave(SUPER // per, 1) * sc.float()
+    return (kv[q.long()].float().view(nt * 16, groups, per) * scale[..., None]).flatten(1)
 
 
 def pack_int5(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -12,9 +12,9 @@ Every quantized GGUF type loads at the width closest to the file's:
   Q4_K's, IQ3_XXS in Q6_K's (gguf_iq.py decodes them and the IQ1 / IQ2 types).
 Exact where the type fits that form: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, IQ4_NL, IQ4_XS, IQ3_XXS and
 the TQ types bit for bit, IQ1 and IQ2 but where d / 8 falls below float16's normal range, Q4_K and Q5_K through
-their own scales (KScales, which the kernels' K-quant layout keeps), IQ3_S but for 15 d's float16 rounding, or up to float16 rounding of d sc and dmin m once mixed with other types; a
-stack of forms no kernel layout shares goes through its float32 values, quantized per group of 32 (int4_codes /
-int8_codes).
+their own scales (KScales, which the kernels' K-quant layout keeps), IQ3_S but for 15 d's float16 rounding, or up
+to float16 rounding of d sc and dmin m once mixed with other types; a stack of forms no kernel layout shares goes
+through its float32 values, quantized per group of 32 (int4_codes / int8_codes).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class QuantBlocks:
     d: torch.Tensor  # [N, K / 32] float16 ([N, K / 256] for 2, 3 and 6 bits, and IQ4_XS)
     m: torch.Tensor | None  # [N, K / 32] float16; None for Q4_0's w = d (q - 8), i.e. m = -8 d, and the others
     bits: int = 4
-    sub: torch.Tensor | None = None  # 3 and 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]; grid: either
+    sub: torch.Tensor | None = None  # 3, 6 bits: [N, K / 16] int8 sub-block scales; IQ4_XS: [N, K / 32]; grid: either
     kq: KScales | None = None  # Q4_K / Q5_K / Q2_K: their own scales
     iq4: bool = False  # 4-bit codes indexing IQ4_NL's values (d per 32, or per 256 with sub)
     grid: bool = False  # iq4's codes index GRID_VALUES instead
@@ -103,8 +103,13 @@ class QuantBlocks:
     def form(self) -> str:
         """What parts must share to stack as they are: the width, and for 4 bits the IQ4 forms apart."""
         if self.grid:
-            return "grid16" if self.sub.shape[1] * 16 == self.q.shape[1] else "grid"
+            return "grid16" if self.scale_group == 16 else "grid"
         return ("iq4_xs" if self.sub is not None else "iq4_nl") if self.iq4 else f"int{self.bits}"
+
+    @property
+    def scale_group(self) -> int:
+        """IQ4 codes: the weights an int8 scale covers along K (32; 16 for the grids with scales per 16)."""
+        return 16 if self.sub is not None and self.sub.shape[1] * 16 == self.q.shape[1] else 32
 
     @property
     def values(self) -> torch.Tensor:
@@ -234,8 +239,10 @@ class QuantBlocks:
         if self.kq is not None:
             return self.kq.dequantize(self.q)
         if self.iq4:
-            per = 32 if self.sub is None or self.sub.shape[1] * 32 == k else 16  # the scales' group
-            d = self.d.float() if self.sub is None else self.d.float().repeat_interleave(256 // per, 1) * self.sub.float()
+            per = self.scale_group
+            d = self.d.float()
+            if self.sub is not None:
+                d = d.repeat_interleave(256 // per, 1) * self.sub.float()
             return (self.values[self.q.long()].float().view(n, k // per, per) * d[..., None]).view(n, k)
         if self.bits in OWN_FORMS:
             w = (self.q.float() - 2 ** (self.bits - 1)).view(n, k // 16, 16) * self.sub.float()[..., None]

@@ -119,8 +119,9 @@ def iq1_s_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarra
 
 def iq1_m_codes(data: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """IQ1_M super-blocks of an [n, k] weight -> (q uint8 [n, k] in [6, 11], sub int8 [n, k / 16], d float32 [n, k /
-    256]) with w = (d / 8) sub GRID_VALUES[q] (the table form), exactly: weights 8 p .. 8 p + 7 (p < 32) are grid point qs[p]
-    + 256 (bits 0-2 of nibble p % 2 of qh[p // 2]) plus the delta -+ 1 / 8 (minus where the nibble's bit 3 is set);
+    256]) with w = (d / 8) sub GRID_VALUES[q] (the table form), exactly: weights 8 p .. 8 p + 7 (p < 32) are grid
+    point qs[p] + 256 (bits 0-2 of nibble p % 2 of qh[p // 2]) plus the delta -+ 1 / 8 (minus where the nibble's bit
+    3 is set);
     sub-block j's s is bits 3 (j % 4) .. + 2 of the scales' uint16 j // 4, sub = 1 + 2 s, and d the float16 made of
     the four uint16s' top nibbles. gguf's d (1 + 2 s) (g -+ 1 / 8) is (d / 8) sub (8 g -+ 1)."""
     from gguf.quants import IQ1_M
