@@ -10,6 +10,7 @@ if not sys.flags.safe_path:
     del sys.path[0]
 
 from radixlm.runtime.cli import main  # noqa: E402
+from radixlm.runtime.serve.process_utils import exit_now  # noqa: E402
 
 args = sys.argv[1:]
-sys.exit(main(args if args[:1] in (["serve"], ["generate"], ["router"], ["-h"], ["--help"]) else ["serve", *args]))
+exit_now(main(args if args[:1] in (["serve"], ["generate"], ["router"], ["-h"], ["--help"]) else ["serve", *args]))

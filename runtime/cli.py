@@ -111,5 +111,12 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run() -> None:
+    """The ``radixlm`` command: main(), then exit without tearing the interpreter down (see exit_now)."""
+    from radixlm.runtime.serve.process_utils import exit_now
+
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

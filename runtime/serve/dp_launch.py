@@ -7,14 +7,13 @@ import dataclasses
 import logging
 import multiprocessing
 import os
-import sys
 import time
 
 import httpx
 
 from radixlm.runtime.config import EngineConfig, RouterConfig, ServerConfig
 from radixlm.runtime.serve.launch import free_port, http_server, launch_server, serve_until_signal
-from radixlm.runtime.serve.process_utils import die_with_parent
+from radixlm.runtime.serve.process_utils import die_with_parent, exit_now
 from radixlm.runtime.serve.router import create_router_app
 
 log = logging.getLogger("radixlm.dp")
@@ -57,7 +56,7 @@ def launch_dp(engine_cfg: EngineConfig, server_cfg: ServerConfig, router_cfg: Ro
 
 def _run_replica(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> None:
     die_with_parent()
-    sys.exit(launch_server(engine_cfg, server_cfg))
+    exit_now(launch_server(engine_cfg, server_cfg))
 
 
 def _wait_healthy(urls: list[str], procs: list, timeout: float) -> None:

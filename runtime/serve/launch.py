@@ -181,6 +181,8 @@ class Supervisor:
             log.info("draining: new requests get 503; %d running get up to %.0f s", len(self.tm.states), self.drain_s)
             self.tm.draining = True
             self.drain_deadline = time.monotonic() + self.drain_s
+            if not self.tm.states:  # nothing to wait for
+                self.server.should_exit = True
         else:  # a second signal: stop now
             self.server.should_exit = True
 
