@@ -35,10 +35,7 @@ def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None
     """``quant_blocks``: a GGUF file's quantized weights load as int4 / int5 / int6 / int8 blocks (gguf_blocks.py;
     quantize_model then keeps them as they are, or requantizes them to the width asked for), not as dense float
     weights."""
-    cfg = files.config
-    with torch.device("meta"):
-        skeleton = LlamaForCausalLM(cfg, tp)
-    model = skeleton.to(dtype).to_empty(device="cpu")  # dtype first: no pass over float32 garbage
+    model = _empty_model(files.config, dtype, tp)
     total = files.num_tensors()
     weights = files.weights(dtype, quant_blocks) if isinstance(files, GGUFModel) else files.weights(dtype)
     with Progress("Loading weights", total=total, unit="tensor", enabled=progress) as bar:
@@ -46,6 +43,18 @@ def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None
     if len(loaded) < model.expected_weights():
         raise ValueError(f"model: checkpoint has {len(loaded)} of {model.expected_weights()} expected tensors")
     return model.eval()
+
+
+def _empty_model(cfg: ModelConfig, dtype: torch.dtype, tp: TPInfo | None) -> LlamaForCausalLM:
+    """The model's modules with uninitialized ``dtype`` weights (the layers make them with torch.empty), for the
+    checkpoint to fill. Built in ``dtype`` directly, not on the meta device: meta tensors import torch's meta
+    kernels and sympy, which took longer than the rest of a small model's load."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        return LlamaForCausalLM(cfg, tp)
+    finally:
+        torch.set_default_dtype(default)
 
 
 def random_model(cfg: ModelConfig, dtype: torch.dtype = torch.float32, seed: int = 0) -> LlamaForCausalLM:
