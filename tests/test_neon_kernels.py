@@ -23,11 +23,9 @@ needs_tools = pytest.mark.skipif(CXX is None or QEMU is None, reason="no aarch64
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory) -> str:
-    exe = str(tmp_path_factory.mktemp("neon") / "cpu_path_check")
-    build = subprocess.run([CXX, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-o", exe,
-                            os.path.join(KERNELS, "cpu_path_check.cpp")], capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr
+def harness(aarch64_builds) -> str:
+    exe, code, stderr = aarch64_builds[HARNESS]
+    assert code == 0, stderr
     return exe
 
 
@@ -52,26 +50,32 @@ SOURCES = ["cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_norm_act.cpp", "cp
            "cpu_decoder_layer.cpp"]
 
 
+HARNESS = "cpu_path_check.cpp"
+
+
 @pytest.fixture(scope="module")
-def aarch64_compiles() -> dict[str, tuple[int, str]]:
-    """Every op source compiled for AArch64 at once (the compiles are independent; together they take the
-    time of the slowest few, not of all five in turn): source -> (return code, stderr)."""
+def aarch64_builds(tmp_path_factory) -> dict[str, tuple[str, int, str]]:
+    """The harness built and every op source compiled for AArch64, all at once (the compiles are independent;
+    together they take the time of the slowest few, not of all six in turn): source -> (output, return code,
+    stderr)."""
     import sysconfig
 
     from torch.utils.cpp_extension import include_paths
 
+    exe = str(tmp_path_factory.mktemp("neon") / "cpu_path_check")
     flags = [f"-I{p}" for p in [*include_paths(), sysconfig.get_paths()["include"]]]
-    procs = {src: subprocess.Popen([CXX, "-std=c++17", "-fsyntax-only", "-fopenmp", "-ffp-contract=off", *flags,
-                                    os.path.join(KERNELS, src)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   text=True) for src in SOURCES}
+    commands = {HARNESS: [CXX, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-o", exe],
+                **{src: [CXX, "-std=c++17", "-fsyntax-only", "-fopenmp", "-ffp-contract=off", *flags] for src in SOURCES}}
+    procs = {src: subprocess.Popen([*cmd, os.path.join(KERNELS, src)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True) for src, cmd in commands.items()}
     errors = {src: proc.communicate(timeout=600)[1] for src, proc in procs.items()}  # (reads as it waits)
-    return {src: (procs[src].returncode, errors[src]) for src in SOURCES}
+    return {src: (exe if src == HARNESS else "", procs[src].returncode, errors[src]) for src in commands}
 
 
 @needs_tools
 @pytest.mark.parametrize("source", SOURCES)
-def test_the_ops_compile_for_aarch64(aarch64_compiles, source):
+def test_the_ops_compile_for_aarch64(aarch64_builds, source):
     """The ops' sources (the torch glue, the NEON namespaces, the aarch64 dispatch) compile for AArch64 against
     torch's headers (syntax and template instantiation; nothing is linked or run)."""
-    code, stderr = aarch64_compiles[source]
+    _, code, stderr = aarch64_builds[source]
     assert code == 0, stderr[-3000:]
