@@ -6,13 +6,16 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
+from transformers import DynamicCache
 
 from radixlm.runtime.engine import Engine
 
 pytestmark = pytest.mark.slow
 LENGTHS = [5, 17, 60, 150, 300, 600, 1000, 1500]
 NEW_TOKENS = 32
+EOS = 2  # SmolLM2's <|im_end|>
 TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
         "movable metal type, oil-based inks and a wooden press adapted from wine making. Within decades, "
         "printing shops spread across Europe, books became cheaper, literacy rose, and new ideas in science, "
@@ -25,28 +28,43 @@ def prompts(smol_tokenizer):
     return [ids[i * 7: i * 7 + n] for i, n in enumerate(LENGTHS)]  # different starts and lengths
 
 
-def hf_greedy(hf_model, ids: list[int]) -> tuple[list[int], torch.Tensor]:
-    """transformers' greedy tokens (cut after EOS) and prompt logprobs for one prompt: the prompt's forward
-    pass gives both its logprobs and the cache the greedy steps continue from (what generate() does, without
-    a second pass over the prompt)."""
-    x = torch.tensor([ids])
-    out = hf_model(x, use_cache=True)
-    logp = torch.log_softmax(out.logits[0].float(), dim=-1)
-    prompt_lp = logp[:-1].gather(1, x[0, 1:].unsqueeze(1)).squeeze(1)
-    gen, cache, nxt = [], out.past_key_values, int(out.logits[0, -1].argmax())
-    while True:
-        gen.append(nxt)
-        if nxt == 2 or len(gen) == NEW_TOKENS:
-            return gen, prompt_lp
-        out = hf_model(torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
-        cache, nxt = out.past_key_values, int(out.logits[0, -1].argmax())
+def hf_greedy(hf_model, prompts: list[list[int]]) -> list[tuple[list[int], torch.Tensor]]:
+    """transformers' greedy tokens (cut after EOS) and prompt logprobs for each prompt. Each prompt's forward
+    pass runs alone (no padding: it gives the prompt's logprobs and its cache); the greedy steps then run for
+    all prompts at once, their caches left-padded to one length and the padding masked out (tokens equal to
+    one prompt at a time, as generate() gives them)."""
+    caches, logprobs, first = [], [], []
+    for ids in prompts:
+        x = torch.tensor([ids])
+        out = hf_model(x, use_cache=True)
+        logp = torch.log_softmax(out.logits[0].float(), dim=-1)
+        logprobs.append(logp[:-1].gather(1, x[0, 1:].unsqueeze(1)).squeeze(1))
+        first.append(int(out.logits[0, -1].argmax()))
+        caches.append([layer[:2] for layer in out.past_key_values])  # (keys, values) [1, heads, len, dim]
+    width = max(map(len, prompts))
+    cache = DynamicCache()
+    for i in range(len(caches[0])):
+        keys, values = (torch.cat([F.pad(c[i][j], (0, 0, width - c[i][j].shape[2], 0)) for c in caches])
+                        for j in (0, 1))
+        cache.update(keys, values, i)
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
+    positions = torch.tensor([[len(ids)] for ids in prompts])
+    steps = [torch.tensor(first)]
+    for _ in range(NEW_TOKENS - 1):
+        mask = torch.cat((mask, torch.ones(len(prompts), 1, dtype=mask.dtype)), dim=1)
+        out = hf_model(steps[-1][:, None], attention_mask=mask, position_ids=positions, past_key_values=cache,
+                       use_cache=True)
+        steps.append(out.logits[:, -1].argmax(-1))
+        positions = positions + 1
+    tokens = torch.stack(steps, dim=1).tolist()
+    return [(gen[:gen.index(EOS) + 1] if EOS in gen else gen, lp) for gen, lp in zip(tokens, logprobs, strict=True)]
 
 
 @pytest.fixture(scope="module")
 def reference(hf_model, prompts):
-    """HF greedy tokens (cut after EOS) and prompt logprobs, one prompt at a time."""
+    """HF greedy tokens (cut after EOS) and prompt logprobs."""
     with torch.no_grad():
-        return [hf_greedy(hf_model, ids) for ids in prompts]
+        return hf_greedy(hf_model, prompts)
 
 
 def run_engine(model, tokenizer, prompts, **cfg):
