@@ -64,18 +64,28 @@ KERNEL_CHECKS = ["store_kv", "rmsnorm", "rotary", "extend_attention", "decode_at
                  "engine"]
 
 
-def run_check(names: list[str], device: str, interpret: bool) -> subprocess.CompletedProcess:
-    env = {**os.environ, **({"TRITON_INTERPRET": "1"} if interpret else {})}
-    return subprocess.run([sys.executable, "kernel_checks.py", ",".join(names), device], env=env,
+def run_check(names: list[str], device: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "kernel_checks.py", ",".join(names), device],
                           capture_output=True, text=True, timeout=900, cwd=os.path.dirname(__file__))
 
 
+# the checks in two interpreter processes at once (the interpreter runs on one core), split about evenly by time
+INTERPRETED_HALVES = (["attention_invariance", "store_kv", "rmsnorm", "rotary"],
+                      ["engine", "decode_attention", "extend_attention"])
+
+
 @pytest.fixture(scope="module")
-def interpreted():
-    """Every check in one interpreter process (each in its own process spent more on importing torch and
-    Triton than on some checks)."""
+def interpreted() -> tuple[str, str]:
+    """(stdout, stderr) of every check under the interpreter, in two processes that each import torch and
+    Triton once (each check in its own process spent more on those imports than on some checks)."""
     pytest.importorskip("triton")
-    return run_check(KERNEL_CHECKS, "cpu", interpret=True)
+    assert sorted(sum(INTERPRETED_HALVES, [])) == sorted(KERNEL_CHECKS)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    procs = [subprocess.Popen([sys.executable, "kernel_checks.py", ",".join(names), "cpu"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.path.dirname(__file__))
+             for names in INTERPRETED_HALVES]
+    outs = [p.communicate(timeout=900) for p in procs]
+    return "".join(o for o, _ in outs), "".join(e for _, e in outs)
 
 
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
@@ -83,12 +93,13 @@ def test_triton_kernel_under_interpreter(interpreted, name):
     """Every kernel against its torch reference on the CPU (fp32/fp16/bf16, head dims 64/128, page sizes
     1 and 4, both pool layouts; the attention kernels over a pairwise cover of these, kernel_checks.py);
     "engine" runs the Triton backend end to end against the torch backend."""
-    own = interpreted.stderr.partition(f"--- {name}\n")[2]  # empty if the process died before this check
-    assert f"ok {name}\n" in interpreted.stdout, (own or interpreted.stderr)[-3000:]
+    stdout, stderr = interpreted
+    own = stderr.partition(f"--- {name}\n")[2]  # empty if the process died before this check
+    assert f"ok {name}\n" in stdout, (own or stderr)[-3000:]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
 def test_triton_kernel_on_cuda(name):
-    out = run_check([name], "cuda", interpret=False)
+    out = run_check([name], "cuda")
     assert out.returncode == 0 and f"ok {name}" in out.stdout, out.stderr[-3000:]
