@@ -38,6 +38,7 @@ _X86_PATHS = ("portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16")
 MACHINE_PATHS = {"x86_64": _X86_PATHS, "AMD64": _X86_PATHS, "aarch64": ("portable", "neon"),
                  "arm64": ("portable", "neon")}.get(platform.machine(), ("portable",))
 CAPABILITY_ENV = "RADIXLM_CPU_CAPABILITY"  # the fastest path supported() reports, if set
+# the slowest to compile first (see _jobs_per_core)
 SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
            "cpu_decoder_layer.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
@@ -59,7 +60,7 @@ def available() -> bool:
     bar = tqdm(total=1, desc="radixlm CPU kernels (built once per machine)", disable=not sys.stderr.isatty())
     try:
         folder = build_directory()
-        with exclusive_build(folder):
+        with exclusive_build(folder), _jobs_per_core():
             cpp_extension.load("radixlm_cpu_kernels", [os.path.join(here, s) for s in SOURCES], extra_cflags=flags,
                                extra_ldflags=["-fopenmp"], build_directory=folder, is_python_module=False,
                                verbose=False)
@@ -95,6 +96,21 @@ def exclusive_build(folder: str):
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(folder, "lock"))
         yield
+
+
+@contextlib.contextmanager
+def _jobs_per_core():
+    """One compile a core (MAX_JOBS, unless the user set it) in place of ninja's default of two more, so that the
+    slowest source (cpu_matmul.cpp, first in SOURCES) has a core of its own while the others share the rest:
+    on two cores that finished sooner than five compiles sharing them."""
+    if "MAX_JOBS" in os.environ:
+        yield
+        return
+    os.environ["MAX_JOBS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    try:
+        yield
+    finally:
+        os.environ.pop("MAX_JOBS", None)
 
 
 @functools.cache
