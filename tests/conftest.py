@@ -123,7 +123,7 @@ class ServerProcess:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         self.stop()
         raise RuntimeError("server did not start in time")
 
