@@ -1,10 +1,11 @@
 """The torch.compile'd CPU decode step (--enable-torch-compile) against the eager engine on a tiny random
-Llama: the same greedy tokens for single requests, batches, a shared-prefix (cascade) group, and the
+Llama and on a small GGUF file laid out as Q4_K_M: the same greedy tokens for single requests, batches, a shared-prefix (cascade) group, and the
 batches it leaves to the eager path; no graph compiled after startup; KV accounting intact."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -39,22 +40,21 @@ def built(tmp_path_factory) -> dict:
     return {"folder": tmp_path_factory.mktemp("compiled")}
 
 
+def kind_model(built: dict, kind: str) -> tuple[Callable[[], torch.nn.Module], str]:
+    """A maker of the kind's model (each engine gets its own) and the quantization it runs with."""
+    if kind == "float32":
+        return (lambda: random_model(TINY, seed=0)), "none"
+    from .test_gguf_blocks import write_mixed_file
+
+    path = str(built["folder"] / "mixed.gguf")
+    write_mixed_file(path)
+    files = GGUFModel(path)
+    return (lambda: load_model(files, torch.float32, progress=False, quant_blocks=True)), "mixed"
+
+
 def pair(built: dict, kind: str) -> tuple[Engine, Engine]:
     if kind not in built:
-        if kind == "float32":
-            def model():
-                return random_model(TINY, seed=0)
-            quantization = "none"
-        else:
-            from .test_gguf_blocks import write_mixed_file
-
-            path = str(built["folder"] / "mixed.gguf")
-            write_mixed_file(path)
-            files = GGUFModel(path)
-
-            def model():
-                return load_model(files, torch.float32, progress=False, quant_blocks=True)
-            quantization = "mixed"
+        model, quantization = kind_model(built, kind)
 
         def make(**extra) -> Engine:
             return Engine.from_model(model(), None, quantization=quantization, deterministic=False,
