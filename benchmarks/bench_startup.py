@@ -1,6 +1,7 @@
 """Time from `radixlm serve` to a 200 from /health, and the same for llama.cpp's llama-server on the same file;
 then the latency of the first requests: a short chat completion sent the moment /health answers, and after
-IDLE_S with nothing to do a JSON-schema-constrained one (the first that needs the grammar backend).
+IDLE_S with nothing to do a JSON-schema-constrained one (the first that needs the grammar backend); then the time
+a SIGTERM takes to stop the idle server (its process exits).
 
     python benchmarks/bench_startup.py [--repeats 3] [--llama-server PATH] [--out benchmarks/results/FILE.json]
 
@@ -43,8 +44,8 @@ def timed_chat(url: str, content: str, **extra) -> float:
 
 
 def start_and_probe(cmd: list[str]) -> dict[str, float]:
-    """Seconds from the spawn of ``cmd`` to its first 200 on /health, then the first requests' latencies; the
-    process tree is then stopped."""
+    """Seconds from the spawn of ``cmd`` to its first 200 on /health, the first requests' latencies, then the
+    seconds from SIGTERM to the exit of the process it started (idle by then)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{PORT}"
@@ -54,12 +55,13 @@ def start_and_probe(cmd: list[str]) -> dict[str, float]:
         time.sleep(IDLE_S)
         schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
         out["first_json_after_idle"] = timed_chat(url, "A person as JSON", response_format=schema)
+        stop = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        out["stop"] = time.perf_counter() - stop
         return out
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
@@ -85,7 +87,7 @@ def main() -> None:
         ratio = f" ({med['health'] / base:.2f}x llama-server)" if base else ""
         print(f"{name:14s} {med['health']:6.2f} s to /health{ratio}, "
               f"first request {med['first_request'] * 1000:.0f} ms, first JSON-schema request after {IDLE_S:.0f} s "
-              f"idle {med['first_json_after_idle'] * 1000:.0f} ms;  runs to /health: "
+              f"idle {med['first_json_after_idle'] * 1000:.0f} ms, stop {med['stop']:.2f} s;  runs to /health: "
               + ", ".join(f"{r['health']:.2f}" for r in runs))
     if args.out:
         with open(args.out, "w") as f:
