@@ -64,9 +64,10 @@ KERNEL_CHECKS = ["store_kv", "rmsnorm", "rotary", "extend_attention", "decode_at
                  "engine"]
 
 
-def run_check(names: list[str], device: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "kernel_checks.py", ",".join(names), device],
-                          capture_output=True, text=True, timeout=900, cwd=os.path.dirname(__file__))
+def start_check(names: list[str], device: str, **env: str) -> subprocess.Popen:
+    """kernel_checks.py running ``names`` on ``device`` (read its output with communicate)."""
+    return subprocess.Popen([sys.executable, "kernel_checks.py", ",".join(names), device], env={**os.environ, **env},
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.path.dirname(__file__))
 
 
 # the checks in two interpreter processes at once (the interpreter runs on one core), split about evenly by time
@@ -80,10 +81,7 @@ def interpreted() -> tuple[str, str]:
     Triton once (each check in its own process spent more on those imports than on some checks)."""
     pytest.importorskip("triton")
     assert sorted(sum(INTERPRETED_HALVES, [])) == sorted(KERNEL_CHECKS)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    procs = [subprocess.Popen([sys.executable, "kernel_checks.py", ",".join(names), "cpu"], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.path.dirname(__file__))
-             for names in INTERPRETED_HALVES]
+    procs = [start_check(names, "cpu", TRITON_INTERPRET="1") for names in INTERPRETED_HALVES]
     outs = [p.communicate(timeout=900) for p in procs]
     return "".join(o for o, _ in outs), "".join(e for _, e in outs)
 
@@ -101,5 +99,6 @@ def test_triton_kernel_under_interpreter(interpreted, name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", KERNEL_CHECKS)
 def test_triton_kernel_on_cuda(name):
-    out = run_check([name], "cuda")
-    assert out.returncode == 0 and f"ok {name}" in out.stdout, out.stderr[-3000:]
+    proc = start_check([name], "cuda")
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0 and f"ok {name}" in stdout, stderr[-3000:]

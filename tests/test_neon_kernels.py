@@ -24,7 +24,8 @@ needs_tools = pytest.mark.skipif(CXX is None or QEMU is None, reason="no aarch64
 
 @pytest.fixture(scope="module")
 def harness(aarch64_builds) -> str:
-    exe, code, stderr = aarch64_builds[HARNESS]
+    exe, results = aarch64_builds
+    code, stderr = results[HARNESS]
     assert code == 0, stderr
     return exe
 
@@ -54,10 +55,10 @@ HARNESS = "cpu_path_check.cpp"
 
 
 @pytest.fixture(scope="module")
-def aarch64_builds(tmp_path_factory) -> dict[str, tuple[str, int, str]]:
+def aarch64_builds(tmp_path_factory) -> tuple[str, dict[str, tuple[int, str]]]:
     """The harness built and every op source compiled for AArch64, all at once (the compiles are independent;
-    together they take the time of the slowest few, not of all six in turn): source -> (output, return code,
-    stderr)."""
+    together they take the time of the slowest few, not of all six in turn): (the harness, source -> (return
+    code, stderr))."""
     import sysconfig
 
     from torch.utils.cpp_extension import include_paths
@@ -69,7 +70,7 @@ def aarch64_builds(tmp_path_factory) -> dict[str, tuple[str, int, str]]:
     procs = {src: subprocess.Popen([*cmd, os.path.join(KERNELS, src)], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True) for src, cmd in commands.items()}
     errors = {src: proc.communicate(timeout=600)[1] for src, proc in procs.items()}  # (reads as it waits)
-    return {src: (exe if src == HARNESS else "", procs[src].returncode, errors[src]) for src in commands}
+    return exe, {src: (procs[src].returncode, errors[src]) for src in commands}
 
 
 @needs_tools
@@ -77,5 +78,5 @@ def aarch64_builds(tmp_path_factory) -> dict[str, tuple[str, int, str]]:
 def test_the_ops_compile_for_aarch64(aarch64_builds, source):
     """The ops' sources (the torch glue, the NEON namespaces, the aarch64 dispatch) compile for AArch64 against
     torch's headers (syntax and template instantiation; nothing is linked or run)."""
-    _, code, stderr = aarch64_builds[source]
+    code, stderr = aarch64_builds[1][source]
     assert code == 0, stderr[-3000:]

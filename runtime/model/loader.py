@@ -46,9 +46,10 @@ def load_model(files: GGUFModel | HFModel, dtype: torch.dtype, tp: TPInfo | None
 
 
 def _empty_model(cfg: ModelConfig, dtype: torch.dtype, tp: TPInfo | None) -> LlamaForCausalLM:
-    """The model's modules with uninitialized ``dtype`` weights (the layers make them with torch.empty), for the
-    checkpoint to fill. Built in ``dtype`` directly, not on the meta device: meta tensors import torch's meta
-    kernels and sympy, which took longer than the rest of a small model's load."""
+    """The model's modules with ``dtype`` weights for the checkpoint to fill (the layers make them with torch.empty,
+    norms and embeddings with ones and zeros; the RoPE tables ask for float32 themselves). Built in ``dtype``
+    directly, not on the meta device: meta tensors import torch's meta kernels and sympy, which took longer than
+    the rest of a small model's load."""
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
