@@ -28,6 +28,8 @@ import time
 import torch
 from tqdm import tqdm
 
+from radixlm.kernels.cpu_info import usable_cores
+
 PATHS = ("portable", "avx2", "avx512", "avx512_bf16", "neon", "avx2_vnni")  # the ops' isa argument is the index
 PATH_NAMES = {"portable": "portable C++", "avx2": "AVX2 + FMA + F16C", "avx512": "AVX512 (F, DQ, BW, VL, VNNI)",
               "avx512_bf16": "AVX512 with VNNI and BF16", "neon": "NEON with dotprod (ARMv8.2)",
@@ -106,7 +108,7 @@ def _jobs_per_core():
     if "MAX_JOBS" in os.environ:
         yield
         return
-    os.environ["MAX_JOBS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    os.environ["MAX_JOBS"] = str(usable_cores())
     try:
         yield
     finally:

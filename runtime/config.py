@@ -182,7 +182,8 @@ class ExecutionConfig:
     enable_torch_compile: bool = _opt(False, "CPU: run decode batches through one torch.compile'd graph "
                                       "(compiled at startup, cached on disk)")
     torch_compile_max_bs: int = _opt(16, "largest decode batch the compiled CPU step runs (larger ones run eagerly)")
-    num_threads: int | None = _opt(None, "torch intra-op threads; default: the number of cores")
+    num_threads: int | None = _opt(None, "torch intra-op threads; default: OMP_NUM_THREADS if set, else the CPUs "
+                                   "this process may run on (its affinity mask), shared among the TP ranks")
     deterministic: bool = _opt(True, "batch- and cache-invariant decoding: a request's tokens and logprobs do not "
                                "depend on what it is batched with, the radix cache, chunking, page size or "
                                "speculation (radixlm's kernels for every matmul, norm and attention). "

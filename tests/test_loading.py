@@ -1,9 +1,13 @@
-"""Model files: bad paths, unsupported architectures and corrupt files get a precise ValueError."""
+"""Model files: bad paths, unsupported architectures and corrupt files get a precise ValueError; and the
+threads a loaded model runs with."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -128,3 +132,23 @@ def test_a_build_killed_midway_does_not_hang_the_next_start():
                          capture_output=True, text=True, timeout=600)
     assert out.stdout.strip() == "True", out.stderr
     assert not os.path.exists(lock)
+
+
+def test_threads_follow_omp_num_threads_else_the_cpus_the_process_may_use(monkeypatch):
+    from radixlm.kernels.cpu_info import core_budget, usable_cores
+    from radixlm.runtime.config import EngineConfig
+    from radixlm.runtime.model.loader import thread_budget
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert core_budget() == 3
+    assert thread_budget(EngineConfig.from_flat(tp_size=2)) == 1
+    assert thread_budget(EngineConfig.from_flat(num_threads=5)) == 5  # --num-threads wins
+    for unset in ("0", "four", ""):
+        monkeypatch.setenv("OMP_NUM_THREADS", unset)
+        assert core_budget() == usable_cores() == len(os.sched_getaffinity(0))
+    # a process pinned to one CPU (taskset, a container's cpuset) runs one thread, not one per CPU on the machine
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    pinned = subprocess.run([sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+                             "from radixlm.kernels.cpu_info import core_budget; print(core_budget())"],
+                            capture_output=True, text=True, check=True)
+    assert pinned.stdout.strip() == "1"

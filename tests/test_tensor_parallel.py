@@ -11,6 +11,7 @@ import httpx
 import pytest
 import torch
 
+from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.model.layers import HeadShard, TPInfo, split_range
 
 from .conftest import exits_within
@@ -84,7 +85,7 @@ def test_tp2_on_gloo_gives_tp1_greedy_tokens(server_process, smol_model_fp32, sm
     two = server_process("--dtype", "float32", "--quantization", "none", "--max-total-tokens", "4096", "--tp-size", "2")
     try:
         info = httpx.get(f"{two.url}/server_info", timeout=5).json()
-        assert info["engine"]["tp_size"] == 2 and info["threads"] == max(1, os.cpu_count() // 2)
+        assert info["engine"]["tp_size"] == 2 and info["threads"] == max(1, core_budget() // 2)
         assert greedy(two.url) == expected
         # the prefix cache works across ranks: a repeated prompt is served from the cache, same tokens
         r = httpx.post(f"{two.url}/generate", json={"text": PROMPTS[0], "sampling_params": {

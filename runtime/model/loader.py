@@ -5,10 +5,10 @@ process runs it with."""
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
+from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.config import EngineConfig, ModelConfig
 from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, WIDTHS
 from radixlm.runtime.model.gguf_file import GGUFModel
@@ -81,8 +81,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def thread_budget(cfg: EngineConfig) -> int:
-    """torch threads for this process: the cores shared among the TP ranks on this machine."""
-    return cfg.execution.num_threads or max(1, (os.cpu_count() or 1) // cfg.parallel.tp_size)
+    """torch threads for this process: the core budget shared among the TP ranks on this machine."""
+    return cfg.execution.num_threads or max(1, core_budget() // cfg.parallel.tp_size)
 
 
 def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device: torch.device) -> tuple[str, str]:

@@ -6,11 +6,11 @@ import asyncio
 import dataclasses
 import logging
 import multiprocessing
-import os
 import time
 
 import httpx
 
+from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.config import EngineConfig, RouterConfig, ServerConfig
 from radixlm.runtime.serve.launch import free_port, http_server, launch_server, serve_until_signal
 from radixlm.runtime.serve.process_utils import die_with_parent, exit_now
@@ -22,7 +22,7 @@ log = logging.getLogger("radixlm.dp")
 def launch_dp(engine_cfg: EngineConfig, server_cfg: ServerConfig, router_cfg: RouterConfig) -> int:
     logging.basicConfig(level=server_cfg.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     parallel = engine_cfg.parallel
-    threads = engine_cfg.execution.num_threads or max(1, (os.cpu_count() or 1) // (parallel.dp_size * parallel.tp_size))
+    threads = engine_cfg.execution.num_threads or max(1, core_budget() // (parallel.dp_size * parallel.tp_size))
     engine_cfg = engine_cfg.replace(num_threads=threads, dp_size=1)
     mp = multiprocessing.get_context("spawn")
     replicas, urls = [], []
