@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import signal
 import socket
@@ -11,9 +13,19 @@ import time
 
 import httpx
 import pytest
-import torch
 
-from radixlm.runtime.config import ModelConfig
+from radixlm.kernels.cpu_info import usable_cores
+
+# pytest-xdist's workers share the machine: each takes its share of the cores through OMP_NUM_THREADS, which
+# torch, the engines and the servers these tests start all read, so that two workers on two cores do not run
+# four threads. Set before torch is imported.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cores() // _WORKERS))
+
+import torch  # noqa: E402
+
+from radixlm.runtime.config import ModelConfig  # noqa: E402
 
 TINY = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-5,
@@ -75,13 +87,48 @@ def hf_model(smol_files):
         return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
 
 
+# The longest modules, longest first. pytest-xdist hands each worker whole files in collection order, so these
+# start first and no worker is left running a long module alone at the end (the order is a hint: a stale
+# list costs time, never a test).
+LONGEST_FIRST = ("test_engine_smollm.py", "test_compiled_decode.py", "test_invariance.py", "test_reliability.py",
+                 "test_data_parallel.py", "test_neon_kernels.py", "test_speculative.py", "test_constrained.py",
+                 "test_tensor_parallel.py", "test_agents.py", "test_dashboard.py", "test_lifecycle.py")
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: a worker a core (each then runs one torch thread), but no more than one per 9 GiB of
+    available memory, since each worker holds its own SmolLM2 copies and servers."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    try:
+        with open("/proc/meminfo") as f:
+            available_kib = next((int(line.split()[1]) for line in f if line.startswith("MemAvailable")), 0)
+    except OSError:
+        available_kib = 9 << 20
+    return max(1, min(usable_cores(), available_kib // (9 << 20)))
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_memory_after_each_module():
+    """An engine's KV pool and weights go when the cycle collector next runs (its scheduler holds the core's
+    bound methods), and glibc keeps freed heap pages: collect and trim after each module, so that a worker does
+    not carry every module's peak into the next (two workers side by side would not fit in 24 GiB)."""
+    yield
+    gc.collect()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
+    if trim is not None:
+        trim(0)
 
 
 # ---------------------------------------------------------------- a real server on 127.0.0.1
