@@ -64,8 +64,11 @@ class CompiledDecode:
         # those guards nothing tells two engines' graphs apart, and torch caches graphs per code object:
         # each instance traces its own copy of _trace, so it never runs another engine's graph.
         trace = types.FunctionType(CompiledDecode._trace.__code__.replace(), globals(), "_trace")
+        # The thread count is fixed in inductor's config, so it is part of the cache key: a graph compiled for
+        # two threads, loaded from the on-disk cache by a process running one, crashed in torch's SDPA.
         self._step = torch.compile(types.MethodType(trace, self),
-                                   options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+                                   options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+                                            "cpp.threads": torch.get_num_threads()})
         self._warm_up()
 
     def _trace(self, input_ids, positions, loc, idx, mask, members, prefix) -> torch.Tensor:
