@@ -26,6 +26,7 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
 import torch  # noqa: E402
 
 from radixlm.runtime.config import ModelConfig  # noqa: E402
+from radixlm.runtime.serve.process_utils import die_with_parent  # noqa: E402
 
 TINY = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-5,
@@ -159,8 +160,9 @@ class ServerProcess:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "radixlm.runtime", command, "--port", str(self.port), *flags]
+        # its own process group (stop() may kill the group), ended by Linux if this test process dies first
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     cwd=os.path.dirname(__file__), start_new_session=True)
+                                     cwd=os.path.dirname(__file__), start_new_session=True, preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
