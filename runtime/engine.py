@@ -40,6 +40,7 @@ class Engine:
         self._rids = itertools.count()
         self._streams: dict[str, asyncio.Queue] = {}
         self._driver: asyncio.Task | None = None
+        self._shut_down = False
 
     @property
     def tokenizer(self):
@@ -78,6 +79,8 @@ class Engine:
 
     def submit(self, msgs: list[GenerateReq]) -> list[Req]:
         """Queue built requests; none is queued if one is refused."""
+        if self._shut_down:
+            raise RuntimeError("this Engine was shut down (its KV pool is freed); build a new one")
         reqs = [self.core.make_req(m) for m in msgs]
         for req in reqs:
             self.scheduler.add(req)
@@ -224,5 +227,9 @@ class Engine:
         self.core.check_invariants()
 
     def shutdown(self) -> None:
+        """Drop queued requests and free the KV pool at once; the engine runs nothing after this."""
         self.core.close()
         self._streams.clear()
+        if not self._shut_down:
+            self._shut_down = True
+            self.runner.release()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
+import weakref
 
 import pytest
 
@@ -184,3 +186,20 @@ def test_argmax_rows_is_torchs_argmax():
         got = argmax_rows(rows)
         assert got.dtype == torch.int64 and torch.equal(got, rows.argmax(dim=-1))
     assert torch.equal(argmax_rows(x.bfloat16()), x.bfloat16().argmax(dim=-1))
+
+
+def test_shutdown_frees_the_kv_pool_at_once_and_refuses_new_work(tiny_model):
+    """The engine, its core and its scheduler hold one another, so only shutdown() can free the pool before the
+    cycle collector runs: its tensors are gone while the engine object still lives, and new requests are refused."""
+    e = Engine.from_model(tiny_model, None, max_total_tokens=4096)
+    e.generate(input_ids=[1, 2, 3], sampling_params={"temperature": 0, "max_new_tokens": 2})
+    pool = weakref.ref(e.runner.pool.k_buffer[0])
+    gc.disable()  # what frees the pool must be shutdown() itself
+    try:
+        e.shutdown()
+        assert pool() is None
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError, match="shut down"):
+        e.generate(input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 2})
+    e.shutdown()  # twice is harmless

@@ -88,6 +88,13 @@ class ModelRunner:
         self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page,
                                            self.device)
 
+    def release(self) -> None:
+        """Free the KV pool and the kernels' state now, for an engine that is shut down: the engine, its core
+        and scheduler hold one another, so without this their memory waits for the cycle collector."""
+        self.fused = self.compiled = self.graphs = None
+        self.pool.k_buffer.clear()
+        self.pool.v_buffer.clear()
+
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """-> logits [len(batch.logit_rows), vocab] float32."""
