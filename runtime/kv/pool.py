@@ -56,6 +56,12 @@ class KVPool:
         v = torch.index_select(vb, 1, idx, out=ws[1][:need].view(shape))
         return k, v
 
+    def release(self) -> None:
+        """Drop every layer's K and V and the gather workspaces (the engine is shut down)."""
+        self.k_buffer.clear()
+        self.v_buffer.clear()
+        self._ws.clear()
+
     @staticmethod
     def bytes_per_token(cfg: ModelConfig, dtype: torch.dtype, num_kv_heads: int) -> int:
         return 2 * cfg.num_layers * num_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8

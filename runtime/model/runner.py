@@ -92,8 +92,7 @@ class ModelRunner:
         """Free the KV pool and the kernels' state now, for an engine that is shut down: the engine, its core
         and scheduler hold one another, so without this their memory waits for the cycle collector."""
         self.fused = self.compiled = self.graphs = None
-        self.pool.k_buffer.clear()
-        self.pool.v_buffer.clear()
+        self.pool.release()
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
