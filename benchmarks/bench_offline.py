@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.engine import Engine
 
 from common import text_of_tokens
@@ -62,7 +63,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(core_budget())
     engine = Engine(dtype=args.dtype)
     prompts = [text_of_tokens(engine.tokenizer, args.input_len, seed=i) for i in range(args.num_prompts)]
     sp = {"temperature": 0, "max_new_tokens": args.output_len, "ignore_eos": True}

@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from machine_limits import read_bandwidth  # noqa: E402
 
+from radixlm.kernels.cpu_info import core_budget  # noqa: E402
 from radixlm.runtime.engine import Engine  # noqa: E402
 from radixlm.runtime.model.weight_arena import weight_tensors  # noqa: E402
 
@@ -83,7 +84,7 @@ def step_bytes(engine: Engine) -> int:
 
 
 def llama_bench(exe: str, model: str, args: list[str], repeats: int = 3) -> list[dict]:
-    out = subprocess.run([exe, "-m", model, "-t", str(os.cpu_count()), "-r", str(repeats), "-o", "json", *args],
+    out = subprocess.run([exe, "-m", model, "-t", str(core_budget()), "-r", str(repeats), "-o", "json", *args],
                          capture_output=True, text=True, timeout=3600)
     return json.loads(out.stdout) if out.returncode == 0 else []
 

@@ -24,6 +24,8 @@ import time
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
+from radixlm.kernels.cpu_info import core_budget  # noqa: E402
+
 from common import cpu_description, smollm_path, wait_healthy  # noqa: E402
 
 PORT = 31555
@@ -76,7 +78,7 @@ def main() -> None:
     model = smollm_path()
     systems = {"radixlm serve": [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(PORT)]}
     if os.path.exists(args.llama_server):
-        systems["llama-server"] = [args.llama_server, "-m", model, "--port", str(PORT), "-t", str(os.cpu_count())]
+        systems["llama-server"] = [args.llama_server, "-m", model, "--port", str(PORT), "-t", str(core_budget())]
     start_and_probe(systems["radixlm serve"])  # the first start builds or loads what later starts reuse
     results = {name: [start_and_probe(cmd) for _ in range(args.repeats)] for name, cmd in systems.items()}
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Q4_1, median of {args.repeats}")

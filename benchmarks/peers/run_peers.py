@@ -42,7 +42,7 @@ import httpx
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_serving import main_async  # noqa: E402
 
-from radixlm.kernels.cpu_info import cpu_description, cpu_flags  # noqa: E402
+from radixlm.kernels.cpu_info import core_budget, cpu_description, cpu_flags  # noqa: E402
 
 from common import smollm_path  # noqa: E402
 
@@ -72,13 +72,13 @@ def command(system: str, port: int, peers: str, radixlm_flags: list[str], model:
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")
         return [py, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1", "--port", str(port),
-                "--n_ctx", "8192", "--n_threads", str(os.cpu_count()), "--model_alias", "default",
+                "--n_ctx", "8192", "--n_threads", str(core_budget()), "--model_alias", "default",
                 "--interrupt_requests", "False"] \
             if os.path.exists(py) else None
     if system.startswith("llamaserver"):  # llama.cpp's own C++ server: 8 parallel slots, or 1 ("llamaserver1")
         exe = os.path.join(peers, "llama-server")
         slots = "1" if system == "llamaserver1" else "8"
-        return [exe, "-m", path, "--host", "127.0.0.1", "--port", str(port), "-t", str(os.cpu_count()),
+        return [exe, "-m", path, "--host", "127.0.0.1", "--port", str(port), "-t", str(core_budget()),
                 "-np", slots, "-c", str(2048 * int(slots)), "-a", "default"] if os.path.exists(exe) else None
     exe = os.path.join(peers, "vllm", "bin", "vllm")
     return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1", "--port", str(port),
