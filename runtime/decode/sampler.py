@@ -64,17 +64,32 @@ def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
 
 
 def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> renormalized probs [B, V]."""
-    sorted_p, idx = probs.sort(dim=-1, descending=True)
-    rank = torch.arange(probs.shape[1], device=probs.device).unsqueeze(0)
+    """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> probs [B, V], the dropped tokens zeroed.
+
+    Ranked by probability, a token stays iff its rank is below top_k, the mass ranked before it is below top_p,
+    and it has at least min_p times the top probability; the first always stays. Each filter keeps a prefix of
+    the ranking, so only the top candidates are ranked: k grows (256, 4,096, V) until every row drops its k-th
+    candidate, and then no token past it could stay. A full sort of V ranks every token for nothing. The rows
+    are not renormalized: draw scales by each row's own total (a sum over [B, V] rounds by the batch's shape)."""
+    vocab = probs.shape[1]
+    k = min(vocab, 256)
+    while True:
+        vals, idx = probs.topk(k, dim=-1)  # [B, k], descending
+        keep = _kept_prefix(vals, top_k, top_p, min_p)
+        if k == vocab or not keep[:, -1].any():
+            break
+        k = min(vocab, k * 16)
+    return torch.zeros_like(probs).scatter_(1, idx, vals * keep)
+
+
+def _kept_prefix(vals: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """vals [B, k] descending -> bool [B, k]: which of them the three filters keep (a prefix of each row)."""
+    rank = torch.arange(vals.shape[1], device=vals.device).unsqueeze(0)
     keep = (rank < top_k.unsqueeze(1)) | (top_k.unsqueeze(1) <= 0)
-    cum = sorted_p.cumsum(dim=-1)
-    keep &= (cum - sorted_p) < top_p.unsqueeze(1)  # keep the smallest prefix whose mass reaches top_p
-    keep &= sorted_p >= min_p.unsqueeze(1) * sorted_p[:, :1]
+    keep &= (vals.cumsum(dim=-1) - vals) < top_p.unsqueeze(1)  # the smallest prefix whose mass reaches top_p
+    keep &= vals >= min_p.unsqueeze(1) * vals[:, :1]
     keep[:, 0] = True
-    sorted_p = sorted_p * keep
-    out = torch.zeros_like(probs).scatter_(1, idx, sorted_p)
-    return out / out.sum(dim=-1, keepdim=True)
+    return keep
 
 
 def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
@@ -85,7 +100,8 @@ def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
 
 
 def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """Processed logits [B, V] of non-greedy rows -> the distribution each samples from (temperature, filters)."""
+    """Processed logits [B, V] of non-greedy rows -> the weights each samples from (temperature, filters; each
+    row in proportion to its distribution, not normalized after the filters)."""
     params, dev = [r.params for r in reqs], logits.device
     temps = torch.tensor([p.temperature for p in params], device=dev).unsqueeze(1)
     probs = torch.softmax(logits / temps, dim=-1)
@@ -97,14 +113,20 @@ def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
 
 
 def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """One token per row of probs [B, V] from each request's own generator.
+    """One token per row of probs [B, V] (non-negative, not necessarily normalized) -> int64 [B].
 
-    On the CPU: torch.multinomial per row. On a GPU: the exponential race argmax(p / E), E ~ Exp(1) drawn
-    from each request's (host) generator, in one transfer and one kernel: no host round trip per request."""
-    if not probs.is_cuda:
-        return torch.stack([torch.multinomial(p, 1, generator=r.generator)[0] for p, r in zip(probs, reqs, strict=True)])
-    noise = torch.stack([torch.empty(probs.shape[1]).exponential_(generator=r.generator) for r in reqs])
-    return (probs / noise.to(probs.device, non_blocking=True)).argmax(dim=-1)
+    Inverse transform sampling: u ~ U[0, 1) from each request's own generator (one host draw per token), and
+    the row's first index whose running sum exceeds u * its total: one batched cumsum and searchsorted on any
+    device. A row's token depends only on its own probabilities and generator, never on the batch. A token of
+    probability 0 (grammar-masked, filtered) is never drawn: its running sum equals its predecessor's, and the
+    target stays below the total. (torch.multinomial and the exponential race draw V random numbers a token.)
+    A row of NaNs or zeros, which no valid model and grammar give, still yields an index below V."""
+    u = torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in reqs])
+    cdf = probs.cumsum(dim=-1)  # [B, V], non-decreasing (the CPU accumulates in double)
+    total = cdf[:, -1:]
+    target = torch.minimum(u.to(probs.device, non_blocking=True).to(cdf.dtype).unsqueeze(1) * total,
+                           torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
 def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
