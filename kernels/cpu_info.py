@@ -26,12 +26,21 @@ def cpu_flags() -> set[str]:
         return set()
 
 
-def cpu_model_name() -> str:
+def _cpuinfo_field(name: str) -> str | None:
+    """The first CPU's value of a /proc/cpuinfo field (None where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
+            return next((line.split(":", 1)[1].strip() for line in f if line.split(":", 1)[0].strip() == name), None)
     except OSError:
-        return "unknown CPU"
+        return None
+
+
+def cpu_model_name() -> str:
+    """The model name, with the family and model numbers where the name alone is vague: a cloud VM's
+    'AMD EPYC' is a Zen 1, 3 or 4 (family 23 model 1, family 25 model 1, family 25 model 17)."""
+    name = _cpuinfo_field("model name") or "unknown CPU"
+    family, model = _cpuinfo_field("cpu family"), _cpuinfo_field("model")
+    return f"{name} (family {family} model {model})" if family and model else name
 
 
 def cpu_description() -> str:
