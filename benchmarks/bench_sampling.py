@@ -11,14 +11,13 @@ little to the step: the forward pass dominates.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description  # noqa: E402
+from common import cpu_description, save_result  # noqa: E402
 
 SETTINGS = {
     "temperature 0.7": {"temperature": 0.7},
@@ -70,10 +69,7 @@ def main() -> None:
     for r in results:
         print(f"| {r['batch']} | {r['greedy_tok_s']:.1f} | "
               + " | ".join(f"{r['ratio'][name]:.2f}x" for name in SETTINGS) + " |")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "results": results},
-                      f, indent=2)
+    save_result(args.out, results)
 
 
 if __name__ == "__main__":

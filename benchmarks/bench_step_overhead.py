@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
-import json
 import multiprocessing
 import os
 import sys
@@ -22,7 +21,7 @@ import time
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, text_of_tokens  # noqa: E402
+from common import cpu_description, save_result, text_of_tokens  # noqa: E402
 
 PARTS = ("step", "forward", "layers", "lm_head", "schedule", "batch", "sample", "append")
 
@@ -105,10 +104,7 @@ def main() -> None:
               f"{m['lm_head']:.2f} / {m['other_forward']:.2f}) | {m['scheduler']:.3f} ({m['schedule']:.3f} / "
               f"{m['batch']:.3f} / {m['sample']:.3f} / {m['append']:.3f} / {rest:.3f}) | "
               f"{r['scheduler_share']:.1%} |")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "results": results},
-                      f, indent=2)
+    save_result(args.out, results)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Helpers shared by the benchmark scripts: prompts of a given token length, timing, the embedded model's
-file, and waiting for a server to come up."""
+file, waiting for a server to come up, and writing a result file."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import random
 import subprocess
@@ -35,6 +36,14 @@ def cpu_description() -> str:
     from radixlm.kernels.cpu_info import cpu_description as describe
 
     return describe()
+
+
+def save_result(path: str | None, results: list, **fields) -> None:
+    """Write {date, cpu, **fields, results} as JSON to path (nothing where path is None)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), **fields,
+                       "results": results}, f, indent=2)
 
 
 def smollm_path() -> str:
