@@ -59,8 +59,14 @@ def sorted_reference(probs, top_k, top_p, min_p):
     return torch.zeros_like(probs).scatter_(1, idx, sorted_p * keep)
 
 
+def as_vocab(weights: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The filter's ranked candidates [B, k] back in vocabulary order [B, V]."""
+    return torch.zeros(weights.shape[0], vocab).scatter_(1, ids, weights)
+
+
 def test_filters_rank_only_the_top_candidates_and_match_a_full_sort():
-    """Sharp rows cut within 256 candidates; flat ones (scale 0.1) with top_p 0.99 need all 49,152."""
+    """Sharp rows cut within 256 candidates; flat ones (scale 0.1) with top_p 0.99 need all 49,152. A row's
+    weights and its draw are the same alone as in a batch that needed more candidates."""
     gen = torch.Generator().manual_seed(0)
     settings = [(0, 0.9, 0.0), (40, 1.0, 0.0), (0, 1.0, 0.05), (5000, 0.99, 0.0), (0, 0.99, 0.0), (1, 1.0, 0.0)]
     for scale in (4.0, 0.1):
@@ -68,9 +74,11 @@ def test_filters_rank_only_the_top_candidates_and_match_a_full_sort():
         top_k = torch.tensor([s[0] for s in settings])
         top_p = torch.tensor([s[1] for s in settings])
         min_p = torch.tensor([s[2] for s in settings])
-        got = filter_probs(probs, top_k, top_p, min_p)
-        want = sorted_reference(probs, top_k, top_p, min_p)
-        assert torch.equal(got > 0, want > 0)
-        assert torch.equal(got, want)
-        for i in range(len(settings)):  # a row's result is its own, batched or alone
-            assert torch.equal(filter_probs(probs[i:i + 1], top_k[i:i + 1], top_p[i:i + 1], min_p[i:i + 1]), got[i:i + 1])
+        weights, ids = filter_probs(probs, top_k, top_p, min_p)
+        got = as_vocab(weights, ids, 49152)
+        assert torch.equal(got, sorted_reference(probs, top_k, top_p, min_p))
+        picks = ids.gather(1, draw(weights, [seeded(i) for i in range(len(settings))]).unsqueeze(1)).squeeze(1)
+        for i in range(len(settings)):
+            w, j = filter_probs(probs[i:i + 1], top_k[i:i + 1], top_p[i:i + 1], min_p[i:i + 1])
+            assert torch.equal(as_vocab(w, j, 49152), got[i:i + 1])
+            assert j[0, draw(w, [seeded(i)])].item() == picks[i].item()

@@ -63,23 +63,25 @@ def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
         apply_token_bitmask(logits, bitmask, torch.tensor(need), cpu_isa)
 
 
-def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> probs [B, V], the dropped tokens zeroed.
+def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                 min_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> (weights [B, k], token ids [B, k]): each row's
+    top k candidates in descending order, the dropped ones weighted 0.
 
     Ranked by probability, a token stays iff its rank is below top_k, the mass ranked before it is below top_p,
     and it has at least min_p times the top probability; the first always stays. Each filter keeps a prefix of
     the ranking, so only the top candidates are ranked: k grows (256, 4,096, V) until every row drops its k-th
     candidate, and then no token past it could stay. A full sort of V ranks every token for nothing. The rows
-    are not renormalized: draw scales by each row's own total (a sum over [B, V] rounds by the batch's shape)."""
+    are not renormalized (draw scales by each row's own total), and a row's kept prefix, its weights and so its
+    draw do not depend on the k its batch needed."""
     vocab = probs.shape[1]
     k = min(vocab, 256)
     while True:
         vals, idx = probs.topk(k, dim=-1)  # [B, k], descending
         keep = _kept_prefix(vals, top_k, top_p, min_p)
         if k == vocab or not keep[:, -1].any():
-            break
+            return vals * keep, idx
         k = min(vocab, k * 16)
-    return torch.zeros_like(probs).scatter_(1, idx, vals * keep)
 
 
 def _kept_prefix(vals: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
@@ -99,28 +101,29 @@ def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
     apply_grammars(logits, reqs, cpu_isa)
 
 
-def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """Processed logits [B, V] of non-greedy rows -> the weights each samples from (temperature, filters; each
-    row in proportion to its distribution, not normalized after the filters)."""
+def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Processed logits [B, V] of non-greedy rows -> (weights [B, C], ids [B, C] or None): what each row samples
+    from after temperature and filters, in proportion to its distribution (not renormalized). With a filter the
+    C columns are ranked candidates, token ids[b, c]; without one, C = V and the column is the token."""
     params, dev = [r.params for r in reqs], logits.device
     temps = torch.tensor([p.temperature for p in params], device=dev).unsqueeze(1)
     probs = torch.softmax(logits / temps, dim=-1)
-    if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
-        probs = filter_probs(probs, torch.tensor([p.top_k for p in params], device=dev),
-                             torch.tensor([p.top_p for p in params], device=dev),
-                             torch.tensor([p.min_p for p in params], device=dev))
-    return probs
+    if not any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
+        return probs, None
+    return filter_probs(probs, torch.tensor([p.top_k for p in params], device=dev),
+                        torch.tensor([p.top_p for p in params], device=dev),
+                        torch.tensor([p.min_p for p in params], device=dev))
 
 
 def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """One token per row of probs [B, V] (non-negative, not necessarily normalized) -> int64 [B].
+    """One column per row of probs [B, C] (non-negative weights, not necessarily normalized) -> int64 [B].
 
     Inverse transform sampling: u ~ U[0, 1) from each request's own generator (one host draw per token), and
-    the row's first index whose running sum exceeds u * its total: one batched cumsum and searchsorted on any
-    device. A row's token depends only on its own probabilities and generator, never on the batch. A token of
-    probability 0 (grammar-masked, filtered) is never drawn: its running sum equals its predecessor's, and the
-    target stays below the total. (torch.multinomial and the exponential race draw V random numbers a token.)
-    A row of NaNs or zeros, which no valid model and grammar give, still yields an index below V."""
+    the row's first column whose running sum exceeds u * its total: one batched cumsum and searchsorted on any
+    device. A row's pick depends only on its own weights and generator, never on the batch (zero columns
+    appended to a row change nothing). A column of weight 0 (grammar-masked, filtered) is never drawn: its
+    running sum equals its predecessor's, and the target stays below the total. (torch.multinomial and the exponential race draw V random numbers a token.)
+    A row of NaNs or zeros, which no valid model and grammar give, still yields a column below C."""
     u = torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in reqs])
     cdf = probs.cumsum(dim=-1)  # [B, V], non-decreasing (the CPU accumulates in double)
     total = cdf[:, -1:]
@@ -149,7 +152,9 @@ def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) ->
     if rand_rows:
         rows = torch.tensor(rand_rows, device=logits.device)
         rand_reqs = [reqs[i] for i in rand_rows]
-        tokens[rows] = draw(sampling_probs(logits[rows], rand_reqs), rand_reqs)
+        weights, ids = sampling_probs(logits[rows], rand_reqs)
+        picked = draw(weights, rand_reqs)  # [R] columns of weights
+        tokens[rows] = picked if ids is None else ids.gather(1, picked.unsqueeze(1)).squeeze(1)
     token_list = tokens.tolist()
     if raw_logprobs is None:
         return SampleOutput(token_list, None, None)
