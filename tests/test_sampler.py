@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import torch
 
-from radixlm.runtime.decode.sampler import draw, filter_probs
+from radixlm.runtime.decode.sampler import draw, draw_tokens, filter_probs
+from radixlm.runtime.messages import SamplingParams
 
 PROBS = torch.tensor([0.4, 0.0, 0.25, 0.2, 0.0, 0.1, 0.05, 0.0])
 
@@ -82,3 +83,20 @@ def test_filters_rank_only_the_top_candidates_and_match_a_full_sort():
             w, j = filter_probs(probs[i:i + 1], top_k[i:i + 1], top_p[i:i + 1], min_p[i:i + 1])
             assert torch.equal(as_vocab(w, j, 49152), got[i:i + 1])
             assert j[0, draw(w, [seeded(i)])].item() == picks[i].item()
+
+
+def test_filtered_and_plain_rows_draw_the_same_tokens_alone_and_together():
+    """A seeded row's token never depends on its batch: one with top_p beside one with temperature only (which
+    draws over V in vocabulary order, never through the filter's ranking) and one with top_k."""
+    logits = torch.randn(3, 49152, generator=torch.Generator().manual_seed(1)) * 3
+    params = [SamplingParams(temperature=0.7), SamplingParams(temperature=0.7, top_p=0.9),
+              SamplingParams(temperature=1.0, top_k=40)]
+
+    def reqs(rows):
+        return [SimpleNamespace(params=params[i], generator=torch.Generator().manual_seed(10 + i)) for i in rows]
+
+    for _ in range(20):
+        together = draw_tokens(logits.clone(), reqs(range(3))).tolist()
+        alone = [draw_tokens(logits[i:i + 1].clone(), reqs([i])).item() for i in range(3)]
+        assert together == alone
+        logits = logits.roll(1000, dims=1)

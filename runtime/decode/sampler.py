@@ -101,18 +101,34 @@ def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
     apply_grammars(logits, reqs, cpu_isa)
 
 
-def sampling_probs(logits: torch.Tensor, reqs: list[Req]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Processed logits [B, V] of non-greedy rows -> (weights [B, C], ids [B, C] or None): what each row samples
-    from after temperature and filters, in proportion to its distribution (not renormalized). With a filter the
-    C columns are ranked candidates, token ids[b, c]; without one, C = V and the column is the token."""
+def draw_tokens(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+    """Processed logits [R, V] of non-greedy rows -> int64 [R]: temperature, the filters, each request's own draw.
+
+    A row with a filter (top_k, top_p, min_p) draws among its ranked candidates, a row without one over V in
+    vocabulary order. The two kinds are drawn apart, so a row's token never depends on what shares its batch."""
     params, dev = [r.params for r in reqs], logits.device
     temps = torch.tensor([p.temperature for p in params], device=dev).unsqueeze(1)
     probs = torch.softmax(logits / temps, dim=-1)
-    if not any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params):
-        return probs, None
-    return filter_probs(probs, torch.tensor([p.top_k for p in params], device=dev),
-                        torch.tensor([p.top_p for p in params], device=dev),
-                        torch.tensor([p.min_p for p in params], device=dev))
+    filtered = [i for i, p in enumerate(params) if p.top_k > 0 or p.top_p < 1 or p.min_p > 0]
+    if not filtered:
+        return draw(probs, reqs)
+    if len(filtered) == len(reqs):
+        return _draw_filtered(probs, reqs)
+    tokens = torch.empty(len(reqs), dtype=torch.int64, device=dev)
+    plain = sorted(set(range(len(reqs))) - set(filtered))
+    for part, fn in ((plain, draw), (filtered, _draw_filtered)):
+        rows = torch.tensor(part, device=dev)
+        tokens[rows] = fn(probs[rows], [reqs[i] for i in part])
+    return tokens
+
+
+def _draw_filtered(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+    """probs [R, V] of rows with a filter -> int64 [R]: each row's draw among the candidates its filters keep."""
+    params, dev = [r.params for r in reqs], probs.device
+    weights, ids = filter_probs(probs, torch.tensor([p.top_k for p in params], device=dev),
+                                torch.tensor([p.top_p for p in params], device=dev),
+                                torch.tensor([p.min_p for p in params], device=dev))
+    return ids.gather(1, draw(weights, reqs).unsqueeze(1)).squeeze(1)
 
 
 def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
@@ -122,10 +138,11 @@ def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
     the row's first column whose running sum exceeds u * its total: one batched cumsum and searchsorted on any
     device. A row's pick depends only on its own weights and generator, never on the batch (zero columns
     appended to a row change nothing). A column of weight 0 (grammar-masked, filtered) is never drawn: its
-    running sum equals its predecessor's, and the target stays below the total. (torch.multinomial and the exponential race draw V random numbers a token.)
-    A row of NaNs or zeros, which no valid model and grammar give, still yields a column below C."""
+    running sum equals its predecessor's, and the target stays below the total. torch.multinomial and the
+    exponential race draw C random numbers a token. A row of NaNs or zeros, which no valid model and grammar
+    give, still yields a column below C."""
     u = torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in reqs])
-    cdf = probs.cumsum(dim=-1)  # [B, V], non-decreasing (the CPU accumulates in double)
+    cdf = probs.cumsum(dim=-1)  # [B, C], non-decreasing (the CPU accumulates in double)
     total = cdf[:, -1:]
     target = torch.minimum(u.to(probs.device, non_blocking=True).to(cdf.dtype).unsqueeze(1) * total,
                            torch.nextafter(total, torch.zeros_like(total)))
@@ -152,9 +169,7 @@ def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) ->
     if rand_rows:
         rows = torch.tensor(rand_rows, device=logits.device)
         rand_reqs = [reqs[i] for i in rand_rows]
-        weights, ids = sampling_probs(logits[rows], rand_reqs)
-        picked = draw(weights, rand_reqs)  # [R] columns of weights
-        tokens[rows] = picked if ids is None else ids.gather(1, picked.unsqueeze(1)).squeeze(1)
+        tokens[rows] = draw_tokens(logits[rows], rand_reqs)
     token_list = tokens.tolist()
     if raw_logprobs is None:
         return SampleOutput(token_list, None, None)
