@@ -17,22 +17,18 @@ def core_budget() -> int:
     return int(omp) if omp.isdigit() and int(omp) > 0 else usable_cores()
 
 
-def cpu_flags() -> set[str]:
-    """The first CPU's flags from /proc/cpuinfo (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
-    except OSError:
-        return set()
-
-
 def _cpuinfo_field(name: str) -> str | None:
-    """The first CPU's value of a /proc/cpuinfo field (None where there is none)."""
+    """The first value of a /proc/cpuinfo field, the first CPU's (None where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             return next((line.split(":", 1)[1].strip() for line in f if line.split(":", 1)[0].strip() == name), None)
     except OSError:
         return None
+
+
+def cpu_flags() -> set[str]:
+    """The first CPU's flags from /proc/cpuinfo (empty where there is none)."""
+    return set((_cpuinfo_field("flags") or "").split())
 
 
 def cpu_model_name() -> str:
