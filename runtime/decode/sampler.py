@@ -109,13 +109,14 @@ def draw_tokens(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
     params, dev = [r.params for r in reqs], logits.device
     temps = torch.tensor([p.temperature for p in params], device=dev).unsqueeze(1)
     probs = torch.softmax(logits / temps, dim=-1)
-    filtered = [i for i, p in enumerate(params) if p.top_k > 0 or p.top_p < 1 or p.min_p > 0]
-    if not filtered:
+    has_filter = [p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params]
+    if not any(has_filter):
         return draw(probs, reqs)
-    if len(filtered) == len(reqs):
+    if all(has_filter):
         return _draw_filtered(probs, reqs)
     tokens = torch.empty(len(reqs), dtype=torch.int64, device=dev)
-    plain = sorted(set(range(len(reqs))) - set(filtered))
+    plain = [i for i, f in enumerate(has_filter) if not f]
+    filtered = [i for i, f in enumerate(has_filter) if f]
     for part, fn in ((plain, draw), (filtered, _draw_filtered)):
         rows = torch.tensor(part, device=dev)
         tokens[rows] = fn(probs[rows], [reqs[i] for i in part])
