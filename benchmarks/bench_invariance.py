@@ -13,13 +13,14 @@ invariant / the fastest of the others.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "peers"))
 from run_peers import WORKLOADS, cpu_description, run_system  # noqa: E402
+
+from common import save_result  # noqa: E402
 
 SETTINGS = {
     "invariant": [],
@@ -62,10 +63,7 @@ def main() -> None:
     for r in rows:
         print(f"| {r['workload']} | " + " | ".join(str(r.get(s, "-")) for s in args.settings) +
               f" | {r['invariant_over_fastest']:.2f}x ({r['fastest_other']}) |")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": date, "cpu": cpu_description(), "flags": args.flags, "settings": SETTINGS,
-                       "summary": rows, "results": results}, f, indent=2)
+    save_result(args.out, date=date, flags=args.flags, settings=SETTINGS, summary=rows, results=results)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import multiprocessing
 import os
 import sys
@@ -28,7 +27,7 @@ from radixlm.kernels import cpu_ext  # noqa: E402
 from radixlm.runtime.engine import Engine  # noqa: E402
 from radixlm.runtime.model.quantization import QuantWeight  # noqa: E402
 
-from common import cpu_description  # noqa: E402
+from common import cpu_description, save_result  # noqa: E402
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down (N, K)
 ENGINES = {  # name -> Engine options
@@ -148,10 +147,7 @@ def main() -> None:
     for name, res in engines.items():
         cells = [f"{res[str(b)]:.1f}" + (f" ({res[str(b)] / base[str(b)]:.2f}x)" if base else "") for b in args.batch]
         print(f"| {name} | {res['startup_s']:.1f} | " + " | ".join(cells) + " |")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "rows": args.rows,
-                       "kernels_ms": kernels, "engines_tok_s": engines}, f, indent=2)
+    save_result(args.out, rows=args.rows, kernels_ms=kernels, engines_tok_s=engines)
 
 
 if __name__ == "__main__":

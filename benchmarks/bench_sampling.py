@@ -69,7 +69,7 @@ def main() -> None:
     for r in results:
         print(f"| {r['batch']} | {r['greedy_tok_s']:.1f} | "
               + " | ".join(f"{r['ratio'][name]:.2f}x" for name in SETTINGS) + " |")
-    save_result(args.out, results)
+    save_result(args.out, results=results)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ default ../peers/llama-server) is the baseline measured in the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -26,7 +25,7 @@ import httpx
 sys.path.insert(0, os.path.dirname(__file__))
 from radixlm.kernels.cpu_info import core_budget  # noqa: E402
 
-from common import cpu_description, smollm_path, wait_healthy  # noqa: E402
+from common import cpu_description, save_result, smollm_path, wait_healthy  # noqa: E402
 
 PORT = 31555
 
@@ -91,10 +90,7 @@ def main() -> None:
               f"first request {med['first_request'] * 1000:.0f} ms, first JSON-schema request after {IDLE_S:.0f} s "
               f"idle {med['first_json_after_idle'] * 1000:.0f} ms, stop {med['stop']:.2f} s;  runs to /health: "
               + ", ".join(f"{r['health']:.2f}" for r in runs))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "seconds": results}, f,
-                      indent=2)
+    save_result(args.out, seconds=results)
 
 
 if __name__ == "__main__":

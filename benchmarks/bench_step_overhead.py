@@ -104,7 +104,7 @@ def main() -> None:
               f"{m['lm_head']:.2f} / {m['other_forward']:.2f}) | {m['scheduler']:.3f} ({m['schedule']:.3f} / "
               f"{m['batch']:.3f} / {m['sample']:.3f} / {m['append']:.3f} / {rest:.3f}) | "
               f"{r['scheduler_share']:.1%} |")
-    save_result(args.out, results)
+    save_result(args.out, results=results)
 
 
 if __name__ == "__main__":

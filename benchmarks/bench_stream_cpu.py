@@ -11,7 +11,6 @@ by the tokens, beside the stream's rate.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ import httpx
 import psutil
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, wait_healthy  # noqa: E402
+from common import cpu_description, save_result, wait_healthy  # noqa: E402
 
 PORT = 31556
 URL = f"http://127.0.0.1:{PORT}"
@@ -70,10 +69,7 @@ def main() -> None:
     for r in runs:
         print(f"  {r['tok_s']:6.1f} tok/s; CPU ms per token: "
               + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms_per_token"].items()))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), "tokens": args.tokens,
-                       "runs": runs}, f, indent=2)
+    save_result(args.out, tokens=args.tokens, runs=runs)
 
 
 if __name__ == "__main__":

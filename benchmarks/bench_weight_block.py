@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import multiprocessing
 import os
 import statistics
@@ -22,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, text_of_tokens  # noqa: E402
+from common import cpu_description, save_result, text_of_tokens  # noqa: E402
 
 FORWARDS = 40
 
@@ -102,9 +101,7 @@ def main() -> None:
     for r in results:
         print(f"| {r['batch']} | {r['ms']['as loaded']:.2f} | {r['ms']['one block']:.2f} | {r['ratio']:.2f}x | "
               f"{r['block_mb']:.1f}, {r['huge_pages']} | {r['move_s']:.2f} |")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": when, "cpu": cpu_description(), "results": results}, f, indent=2)
+    save_result(args.out, date=when, results=results)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ larger shape to measure from memory.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -24,7 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from radixlm.kernels import cpu_ext  # noqa: E402
 from radixlm.kernels import cpu_matmul as cm  # noqa: E402
 
-from common import cpu_description  # noqa: E402
+from common import cpu_description, save_result  # noqa: E402
 
 # form -> bits a weight (codes and scales) in its kernel's layout
 BITS = {"int8 (Q8_0)": 8.5, "int4 K (Q4_K)": 4.625, "int4 (Q4_0)": 4.5, "IQ4_XS": 4.3125, "int5 K (Q5_K)": 5.625,
@@ -105,10 +104,7 @@ def main() -> None:
                                 "vs_int4_k": round(t / base, 3), "bits": BITS[name], "GB_s": round(gbs, 1)})
                 print(f"{path:>10} {m:>3} rows  {name:<14} {t:8.1f} us  {t / base:5.2f}x int4 K  {gbs:6.1f} GB/s")
             print()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"date": stamp, "cpu": cpu_description(), "shape": [n, k], "threads": torch.get_num_threads(),
-                       "results": results}, f, indent=1)
+    save_result(args.out, date=stamp, shape=[n, k], threads=torch.get_num_threads(), results=results)
 
 
 if __name__ == "__main__":

@@ -38,12 +38,11 @@ def cpu_description() -> str:
     return describe()
 
 
-def save_result(path: str | None, results: list, **fields) -> None:
-    """Write {date, cpu, **fields, results} as JSON to path (nothing where path is None)."""
+def save_result(path: str | None, **fields) -> None:
+    """Write {date, cpu, **fields} as JSON to path (nothing where path is None); a ``date`` in fields wins."""
     if path:
         with open(path, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), **fields,
-                       "results": results}, f, indent=2)
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_description(), **fields}, f, indent=2)
 
 
 def smollm_path() -> str:
