@@ -10,6 +10,17 @@ constexpr int kBlock = 64;
 constexpr int kPrefetch = 8;   // groups of 32 ahead (256 bytes of int4 codes each, 320 of int5)
 constexpr int kPrefetch8 = 4;  // int8 / IQ4 blocks of 64 ahead (1 KB / 512 bytes each)
 
+// A weight's line, ahead of its use: non-temporally where the call reads each weight byte once (stream: few rows,
+// one pass over a tile), so that streaming the weights does not flush the KV pool and the caller's working set
+// from the outer caches; else as a line read again soon.
+inline void prefetch_weight(const void* p, bool stream) {
+  if (stream) {
+    prefetch_once(p);
+  } else {
+    prefetch(p);
+  }
+}
+
 // x rows [r0, r1), blocks [b0, b1) of each, quantized per 64-block (a block's result depends on nothing
 // else): q int8, a = max|x| / 127 per block, s = sum(q) per group of 32, t = a * s per group (int4's minimum
 // term), s16 = sum(q) per 16 (int6's offset term).
@@ -65,11 +76,11 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
-  prefetch(d + (tile + 1) * s_count * 16);  // the next tile's scales, read soon after this one
-  if (mn != nullptr) prefetch(mn + (tile + 1) * s_count * 16);
+  prefetch_weight(d + (tile + 1) * s_count * 16, xq.stream);  // the next tile's scales, read soon after this one
+  if (mn != nullptr) prefetch_weight(mn + (tile + 1) * s_count * 16, xq.stream);
   for (int64_t b = 0; b < nb; ++b) {
     for (int line = 0; line < 2 * kGroupBytes / 64; ++line) {
-      prefetch(wt + (2 * b + kPrefetch) * kGroupBytes + 64 * line);
+      prefetch_weight(wt + (2 * b + kPrefetch) * kGroupBytes + 64 * line, xq.stream);
     }
     // group g's scale and minimum, each loaded where it is used (fewer live registers at 8 rows)
     auto sub = [&](int64_t g) { return reinterpret_cast<const int8_t*>(wt + g * kGroupBytes + kCodeBytes); };
@@ -120,10 +131,10 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& va
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
-  prefetch(d + (tile + 1) * s_count * 16);  // the next tile's scales, read soon after this one
+  prefetch_weight(d + (tile + 1) * s_count * 16, xq.stream);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
     for (int line = 0; line < (2 * kGroupBytes + 63) / 64; ++line) {
-      prefetch(wt + (b + kPrefetch8) * 2 * kGroupBytes + 64 * line);
+      prefetch_weight(wt + (b + kPrefetch8) * 2 * kGroupBytes + 64 * line, xq.stream);
     }
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
@@ -204,9 +215,9 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
   const int8_t* xs = xq.q + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
-  prefetch(d + (tile + 1) * (k / 256) * 16);  // the next tile's scales, read soon after this one
+  prefetch_weight(d + (tile + 1) * (k / 256) * 16, xq.stream);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
-    for (int line = 0; line < 4 * kSub / 64; ++line) prefetch(wt + (4 * b + 8) * kSub + 64 * line);
+    for (int line = 0; line < 4 * kSub / 64; ++line) prefetch_weight(wt + (4 * b + 8) * kSub + 64 * line, xq.stream);
     I16 sum[MT];
     F16 mins[MT];  // int2's sum of m_j s16_j (exact in float32: below 2^24)
     for (int i = 0; i < MT; ++i) sum[i] = izero();
@@ -355,13 +366,13 @@ void widen_rows(const T* x, int64_t r0, int64_t r1, int64_t j0, int64_t j1, int6
 }
 
 template <int MT, typename T, typename W>
-void dense_tile(const W* w, int64_t n, int64_t k, int64_t tile, const float* xf, int64_t m0, T* y) {
+void dense_tile(const W* w, int64_t n, int64_t k, int64_t tile, const float* xf, int64_t m0, bool stream, T* y) {
   const W* wt = w + tile * k * 16;
   const float* xs = xf + m0 * k;
   F16 acc[MT];
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   for (int64_t kk = 0; kk < k; ++kk) {
-    if ((kk & 7) == 0) prefetch(wt + (kk + 32) * 16);
+    if ((kk & 7) == 0) prefetch_weight(wt + (kk + 32) * 16, stream);
     const F16 wv = fload(wt + kk * 16);
     for (int i = 0; i < MT; ++i) acc[i] = fmadd(wv, fset1(xs[i * k + kk]), acc[i]);
   }
@@ -370,11 +381,12 @@ void dense_tile(const W* w, int64_t n, int64_t k, int64_t tile, const float* xf,
 
 template <typename T, typename W>
 void dense_tiles(const W* w, int64_t n, int64_t k, int64_t t0, int64_t t1, const float* xf, int64_t m, T* y) {
+  const bool stream = m <= kStreamRows;
   for (int64_t t = t0; t < t1; ++t) {
     int64_t m0 = 0;
-    for (; m0 + kMaxRows <= m; m0 += kMaxRows) dense_tile<kMaxRows>(w, n, k, t, xf, m0, y);
-    if (kMaxRows > 4 && m - m0 >= 4) { dense_tile<4>(w, n, k, t, xf, m0, y); m0 += 4; }
-    if (m - m0 >= 2) { dense_tile<2>(w, n, k, t, xf, m0, y); m0 += 2; }
-    if (m - m0 >= 1) dense_tile<1>(w, n, k, t, xf, m0, y);
+    for (; m0 + kMaxRows <= m; m0 += kMaxRows) dense_tile<kMaxRows>(w, n, k, t, xf, m0, stream, y);
+    if (kMaxRows > 4 && m - m0 >= 4) { dense_tile<4>(w, n, k, t, xf, m0, stream, y); m0 += 4; }
+    if (m - m0 >= 2) { dense_tile<2>(w, n, k, t, xf, m0, stream, y); m0 += 2; }
+    if (m - m0 >= 1) dense_tile<1>(w, n, k, t, xf, m0, stream, y);
   }
 }

@@ -131,7 +131,7 @@ void check_matmuls(int64_t m, const char* dtype) {
     std::vector<int32_t> s(m * nb * 2);
     std::vector<int16_t> s16(m * nb * 4);
     xq_q.assign(m * k, 0);
-    const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb};
+    const QuantizedX xq{xq_q.data(), a.data(), t.data(), s.data(), s16.data(), k, nb, m <= kStreamRows};
     quantize(x.data(), 0, m, 0, nb, xq);
     y.assign(13, std::vector<T>(m * n));
     int4(codes.data(), d.data(), mn.data(), false, n, 0, n / 16, xq, m, y[0].data());

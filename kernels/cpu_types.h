@@ -34,6 +34,10 @@ inline Iq4Table biased_values(const int8_t* values, int32_t bias) {
   return t;
 }
 
+// Up to this many rows of x a matmul reads each weight byte once (one pass of the rows over a tile), and so
+// prefetches the weights as lines not read again (prefetch_weight).
+constexpr int64_t kStreamRows = 4;
+
 // x quantized per 64-block for the quantized matmuls: q [M, K] int8, a [M, K / 64] (the block's scale), s (int32)
 // and t = a * s (float) [M, K / 32] per group of 32, s16 (int16, |s16| <= 2,032) [M, K / 16] per 16 (the sub-block
 // forms'; two neighbours read as one int32 are an int16 pair for idot_pairs). A view of memory its owner keeps.
@@ -44,6 +48,7 @@ struct QuantizedX {
   int32_t* s;
   int16_t* s16;
   int64_t k, nb;
+  bool stream;  // m <= kStreamRows
 
   // bytes of the buffers for m rows of k columns (each 64-byte aligned), and a view of them at base
   static int64_t bytes(int64_t m, int64_t k) {
@@ -56,7 +61,7 @@ struct QuantizedX {
     float* t = reinterpret_cast<float*>(p += aligned(m * k / 64 * 4));
     int32_t* s = reinterpret_cast<int32_t*>(p += aligned(m * k / 32 * 4));
     int16_t* s16 = reinterpret_cast<int16_t*>(p + aligned(m * k / 32 * 4));
-    return {q, a, t, s, s16, k, k / 64};
+    return {q, a, t, s, s16, k, k / 64, m <= kStreamRows};
   }
   static int64_t aligned(int64_t n) { return (n + 63) / 64 * 64; }
 };
@@ -72,7 +77,10 @@ struct Activations {
   }
   static Activations at(void* memory, int64_t m, int64_t k, int64_t bits) {
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(memory) + 63) / 64 * 64);
-    if (bits == 16) return {QuantizedX{nullptr, nullptr, nullptr, nullptr, nullptr, k, k / 64}, reinterpret_cast<float*>(base)};
+    if (bits == 16) {
+      return {QuantizedX{nullptr, nullptr, nullptr, nullptr, nullptr, k, k / 64, m <= kStreamRows},
+              reinterpret_cast<float*>(base)};
+    }
     return {QuantizedX::at(base, m, k), nullptr};
   }
 };
@@ -118,6 +126,7 @@ using radixlm_cpu::biased_values;
 using radixlm_cpu::small_values;
 using radixlm_cpu::Iq4Table;
 using radixlm_cpu::kIq4Values;
+using radixlm_cpu::kStreamRows;
 using radixlm_cpu::QuantizedX;
 using radixlm_cpu::sub_block_bytes;
 using radixlm_cpu::sub_offset;

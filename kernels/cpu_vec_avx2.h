@@ -371,3 +371,5 @@ inline I16 isub_scalar(I16 a, int32_t x) {
 }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+// a line read once and not again soon: fetched without displacing the outer caches' lines (non-temporal)
+inline void prefetch_once(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA); }

@@ -218,3 +218,5 @@ inline void dot_int8_group(const int8_t* q, const int8_t* x, int64_t k_stride, I
 inline I16 isub_scalar(I16 a, int32_t x) { return {_mm512_sub_epi32(a.v, _mm512_set1_epi32(x))}; }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+// a line read once and not again soon: fetched without displacing the outer caches' lines (non-temporal)
+inline void prefetch_once(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA); }

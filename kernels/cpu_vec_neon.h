@@ -310,3 +310,4 @@ inline I16 isub_scalar(I16 a, int32_t x) {
 }
 
 inline void prefetch(const void* p) { __builtin_prefetch(p); }
+inline void prefetch_once(const void* p) { __builtin_prefetch(p, 0, 0); }  // read once: no temporal locality
