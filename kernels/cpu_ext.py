@@ -168,6 +168,7 @@ def _register_fakes() -> None:
         fake(f"radixlm_cpu::{name}")(lambda x, w, d, mn, isa: x.new_empty(x.shape[0], 16 * d.shape[0]))
     for name in ("int3_linear", "int6_linear", "int8_linear"):
         fake(f"radixlm_cpu::{name}")(lambda x, w, d, isa: x.new_empty(x.shape[0], 16 * d.shape[0]))
+    fake("radixlm_cpu::int8_rows")(lambda w, d, ids, dtype: d.new_empty(ids.shape[0], 32 * d.shape[1], dtype=dtype))
     fake("radixlm_cpu::decode_attention")(
         lambda q, k, v, idx, counts, prefix, member, isa: q.new_empty(q.shape[0], q.shape[1] * q.shape[2]))
     fake("radixlm_cpu::extend_attention")(

@@ -219,6 +219,33 @@ at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa) {
   return linear(x, QuantWeightRef{16, w, at::Tensor(), at::Tensor()}, isa);
 }
 
+// Rows ids [T] of an int8 weight in its matmul layout -> [T, K] in dtype (an embedding lookup of a table kept as
+// GGUF's Q8_0): each value q d computed in float32 and rounded once, as cpu_matmul.dequantize_int8 gives it. Row r
+// is lane r % 16 of tile r / 16: its 4 values of each k-quad at bytes 4 (r % 16) .. + 3, its d per group of 32.
+at::Tensor int8_rows(const at::Tensor& w, const at::Tensor& d, const at::Tensor& ids, at::ScalarType dtype) {
+  check_weight(QuantWeightRef{8, w, d, at::Tensor()});
+  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong, "ids must be an int64 [T] tensor");
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "int8 rows come as float32 or bfloat16");
+  const int64_t n = d.size(0) * 16, groups = d.size(1), k = groups * 32;
+  const at::Tensor idc = ids.contiguous();
+  const int64_t* id = idc.data_ptr<int64_t>();
+  at::Tensor y = at::empty({ids.numel(), k}, at::TensorOptions().dtype(dtype));
+  dispatch_float_bf16(y, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t t = 0; t < ids.numel(); ++t) {
+      const int64_t r = id[t], tile = r / 16, lane = r % 16;
+      TORCH_CHECK(r >= 0 && r < n, "row id ", r, " is outside the table's ", n, " rows");
+      const int8_t* q = w.data_ptr<int8_t>() + tile * k * 16 + lane * 4;  // k-quad j's 4 values at q + 64 j
+      const at::Half* dr = d.data_ptr<at::Half>() + tile * groups * 16 + lane;  // group g's d at dr[16 g]
+      T* out = y.data_ptr<T>() + t * k;
+      for (int64_t c = 0; c < k; ++c) {
+        out[c] = static_cast<T>(static_cast<float>(q[c / 4 * 64 + c % 4]) * static_cast<float>(dr[c / 32 * 16]));
+      }
+    }
+  });
+  return y;
+}
+
 }  // namespace radixlm_cpu
 
 TORCH_LIBRARY(radixlm_cpu, m) {
@@ -230,6 +257,7 @@ TORCH_LIBRARY(radixlm_cpu, m) {
   m.def("int2_linear(Tensor x, Tensor w, Tensor d, Tensor mn, int isa) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
+  m.def("int8_rows(Tensor w, Tensor d, Tensor ids, ScalarType dtype) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
@@ -240,4 +268,5 @@ TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
   m.impl("int2_linear", &radixlm_cpu::int2_linear);
   m.impl("int8_linear", &radixlm_cpu::int8_linear);
   m.impl("dense_linear", &radixlm_cpu::dense_linear);
+  m.impl("int8_rows", &radixlm_cpu::int8_rows);
 }

@@ -43,8 +43,8 @@ GRID_VALUES = torch.tensor([-43, -25, -8, 8, 25, 43, -9, -7, -1, 1, 7, 9, 0, 0, 
 IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
 TABLE_BYTES = 4 * 32 + 16  # the table form's bytes a sub-block of 16: 4 k-quads of nibbles, then 16 scales
 __all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear",
-           "int8_linear", "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6", "pack_int8",
-           "pack_iq4", "pack_table"]
+           "int8_linear", "int8_rows", "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6",
+           "pack_int8", "pack_iq4", "pack_table"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
 
 
@@ -75,6 +75,11 @@ def dense_linear(x: torch.Tensor, w: torch.Tensor, isa: int) -> torch.Tensor:
 
 def int8_linear(x: torch.Tensor, q: torch.Tensor, d: torch.Tensor, isa: int) -> torch.Tensor:
     return torch.ops.radixlm_cpu.int8_linear(x, q, d, isa)
+
+
+def int8_rows(q: torch.Tensor, d: torch.Tensor, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``ids`` [T] of pack_int8's (q, d) -> [T, K] in dtype, as dequantize_int8 gives them (an embedding lookup)."""
+    return torch.ops.radixlm_cpu.int8_rows(q, d, ids, dtype)
 
 
 def pack_int4(q: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | None) -> tuple[torch.Tensor, ...]:

@@ -72,6 +72,7 @@ at::Tensor int3_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 at::Tensor int2_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor& mn, int64_t isa);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
+at::Tensor int8_rows(const at::Tensor& w, const at::Tensor& d, const at::Tensor& ids, at::ScalarType dtype);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),
 // then weight tiles [t0, t1) of y = x W^T from them, into y's columns from col0 (a multiple of 16: W may be
 // the last rows of a stacked weight whose parts differ in width)

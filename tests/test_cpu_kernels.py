@@ -217,6 +217,20 @@ def test_activation_quantization_is_close_to_float_activations():
     assert err < 0.01, err
 
 
+
+@built
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_rows_are_the_dequantized_rows(dtype):
+    """The embedding lookup of an int8 table: the rows dequantize_int8 gives, rounded once to the dtype, exactly,
+    in the order asked (repeats too); an id outside the table is refused, not read."""
+    gen = torch.Generator().manual_seed(5)
+    q, d = ck.pack_int8(*_int8_weight(64, 192, gen))
+    ids = torch.tensor([0, 63, 17, 17, 40])
+    assert torch.equal(ck.int8_rows(q, d, ids, dtype), ck.dequantize_int8(q, d)[ids].to(dtype))
+    assert ck.int8_rows(q, d, ids[:0], dtype).shape == (0, 192)
+    with pytest.raises(RuntimeError, match="row id 64 is outside the table's 64 rows"):
+        ck.int8_rows(q, d, torch.tensor([3, 64]), dtype)
+
 @built
 def test_matmuls_reject_bad_inputs_with_a_message():
     codes, d, mn = ck.pack_int4(torch.zeros(16, 128), torch.ones(16, 4), torch.zeros(16, 4))

@@ -255,11 +255,8 @@ class QuantWeight:
             return tiles.view(ids.shape[0], 16, -1)[torch.arange(ids.shape[0]), ids % 16].to(self.act_dtype)
         if self.kind in ("int4", "int5"):
             return self._nibble_rows(ids)
-        if self.backend == "native":  # row r is tile r // 16, lane r % 16 of every k-quad and of d
-            tiles = self.data.view(self.data.shape[0], -1, 16, 4)
-            q = tiles[ids // 16, :, ids % 16].reshape(ids.shape[0], -1, GROUP).float()
-            d = self.scales[ids // 16, :, ids % 16].float()  # [T, K / 32]
-            return (q * d[..., None]).view(ids.shape[0], self.in_features).to(self.act_dtype)
+        if self.backend == "native":
+            return native.int8_rows(self.data, self.scales, ids, self.act_dtype)
         return self.data[ids].to(self.act_dtype) * self.scales[ids].unsqueeze(-1).to(self.act_dtype)
 
     def _nibble_rows(self, ids: torch.Tensor) -> torch.Tensor:
