@@ -11,7 +11,8 @@
 // layouts, each matrix its own (a Q4_K_M file mixes them), but all quantized or all dense. A tail (all three
 // empty if none) is a stacked matrix's last rows where they come in another width than the rows before them (a
 // Q4_K_M file's v in Q6_K after q and k in Q4_K). k_caches, v_caches: the layers' head-major pools [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
-// residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens.
+// residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens. The model's
+// final norm follows the layers, on the rows whose logits the step wants.
 // Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
 // requests' slot rows [R, L], lens = seq_lens [R], ext_lens [R].
 #include "cpu_isa.h"
@@ -254,10 +255,10 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
 // call per layer cost more than several of a layer's kernels at batch 1.
 class FusedLayers : public torch::CustomClassHolder {
  public:
-  FusedLayers(std::vector<at::Tensor> weights, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
-              double eps, int64_t num_heads)
-      : w_(std::move(weights)), k_(std::move(k_caches)), v_(std::move(v_caches)), eps_(eps),
-        num_heads_(num_heads), workspace_(at::empty({0}, at::kByte)) {
+  FusedLayers(std::vector<at::Tensor> weights, at::Tensor final_norm, std::vector<at::Tensor> k_caches,
+              std::vector<at::Tensor> v_caches, double eps, int64_t num_heads)
+      : w_(std::move(weights)), final_norm_(std::move(final_norm)), k_(std::move(k_caches)), v_(std::move(v_caches)),
+        eps_(eps), num_heads_(num_heads), workspace_(at::empty({0}, at::kByte)) {
     const int64_t layers = static_cast<int64_t>(k_.size());
     TORCH_CHECK(layers >= 1 && static_cast<int64_t>(w_.size()) == kWeights * layers && v_.size() == k_.size(),
                 "weights: expected ", kWeights, " tensors per layer for ", layers, " layers, got ", w_.size());
@@ -268,16 +269,20 @@ class FusedLayers : public torch::CustomClassHolder {
       check_layer_weights(layer_weights(w_, i), w_[0].numel(), k_[0].scalar_type(), num_heads, k_[0].size(0),
                           k_[0].size(2), weight_bits(w_[1]) == 16);
     }
+    TORCH_CHECK(final_norm_.sizes() == w_[0].sizes() && final_norm_.scalar_type() == w_[0].scalar_type() &&
+                final_norm_.is_contiguous(), "the final norm's weight must be [H] in the pools' dtype");
   }
 
-  // x [T, H] the embeddings, residual [T, H] zeros; the first num_layers layers -> x, their output
+  // x [T, H] the embeddings, residual [T, H] zeros; the first num_layers layers, then the final norm of rows
+  // logit_rows [R] (increasing) -> [R, H], the LM head's input. x and residual are overwritten.
   at::Tensor run(at::Tensor x, at::Tensor residual, at::Tensor cos, at::Tensor sin, at::Tensor loc, at::Tensor rows,
-                 at::Tensor lens, at::Tensor ext_lens, int64_t num_layers, int64_t isa) {
+                 at::Tensor lens, at::Tensor ext_lens, int64_t num_layers, at::Tensor logit_rows, int64_t isa) {
     check_isa(isa);
     TORCH_CHECK(num_layers >= 1 && num_layers <= static_cast<int64_t>(k_.size()), "num_layers must be 1-",
                 k_.size(), ", got ", num_layers);
     check_layer(x, residual, cos, sin, k_[0], v_[0], loc, num_heads_);
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
+    check_logit_rows(logit_rows, x.size(0));
     LayerBuffers buffers = carve(workspace_, x, layer_weights(w_, 0), num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =
         ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], rows, lens, at::Tensor(), at::Tensor())
@@ -295,11 +300,35 @@ class FusedLayers : public torch::CustomClassHolder {
         layer_phases(call, layer_weights(w_, i), k_[i], v_[i], buffers, tid, nt, scratch);
       }
     }
-    return x;
+    return final_norm(x, residual, logit_rows, isa);
   }
 
  private:
-  std::vector<at::Tensor> w_, k_, v_;  // 21 weights per layer; the layers' K and V pools
+  static void check_logit_rows(const at::Tensor& logit_rows, int64_t t) {
+    TORCH_CHECK(logit_rows.dim() == 1 && logit_rows.scalar_type() == at::kLong && logit_rows.is_contiguous(),
+                "logit_rows must be a contiguous int64 [R] tensor");
+    const int64_t* lr = logit_rows.data_ptr<int64_t>();
+    for (int64_t i = 0; i < logit_rows.numel(); ++i) {
+      TORCH_CHECK(lr[i] >= (i > 0 ? lr[i - 1] + 1 : 0) && lr[i] < t, "logit_rows must increase within the batch's ",
+                  t, " rows");
+    }
+  }
+
+  // out row i = rms_norm(x + residual) of row logit_rows[i], as the model's add_rms_norm_ gives it (a row of x
+  // and residual is read and written once: the rows increase, check_logit_rows)
+  at::Tensor final_norm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& logit_rows, int64_t isa) const {
+    at::Tensor out = at::empty({logit_rows.numel(), x.size(1)}, x.options());
+    const int64_t* lr = logit_rows.data_ptr<int64_t>();
+    for (int64_t i = 0; i < logit_rows.numel(); ++i) {
+      at::Tensor res = residual.narrow(0, lr[i], 1), o = out.narrow(0, i, 1);
+      rms_norm_range(x.narrow(0, lr[i], 1), &res, final_norm_, eps_, 0, 1, o, isa);
+    }
+    return out;
+  }
+
+  std::vector<at::Tensor> w_;  // 21 weights per layer
+  at::Tensor final_norm_;      // [H]
+  std::vector<at::Tensor> k_, v_;  // the layers' K and V pools
   double eps_;
   int64_t num_heads_;
   at::Tensor workspace_;  // the layers' buffers (carve), grown to the largest batch
@@ -309,6 +338,7 @@ class FusedLayers : public torch::CustomClassHolder {
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
   m.class_<radixlm_cpu::FusedLayers>("FusedLayers")
-      .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, double, int64_t>())
+      .def(torch::init<std::vector<at::Tensor>, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, double,
+                       int64_t>())
       .def("run", &radixlm_cpu::FusedLayers::run);
 }

@@ -105,23 +105,29 @@ def test_the_layers_object_refuses_what_does_not_fit():
     fused = e.runner.fused
     weights = [w for layer in e.model.layers for w in fused._layer_weights(layer)]
     pools = e.runner.pool
-    make = torch.classes.radixlm_cpu.FusedLayers
+    make, norm = torch.classes.radixlm_cpu.FusedLayers, e.model.norm.weight
     with pytest.raises(RuntimeError, match="tensors per layer"):
-        make(weights[:-1], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
+        make(weights[:-1], norm, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
     with pytest.raises(RuntimeError, match="all quantized .* or all dense"):  # a dense o among int4 matrices
         o = e.model.layers[0].self_attn.o_proj.quant
         dense_o = torch.zeros(o.out_features // 16, o.in_features, 16, dtype=pools.k_buffer[0].dtype)
-        make(weights[:8] + [dense_o] + weights[9:], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
+        make(weights[:8] + [dense_o] + weights[9:], norm, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
     with pytest.raises(RuntimeError, match="shapes disagree"):
-        make(weights, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads * 2)
+        make(weights, norm, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads * 2)
+    with pytest.raises(RuntimeError, match="final norm"):
+        make(weights, norm[:-1], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
     x = torch.zeros(1, HEAD64.hidden_size, dtype=pools.k_buffer[0].dtype)
     cos = sin = torch.zeros(1, HEAD64.head_dim // 2)
     loc, rows, lens, ext = torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long), \
         torch.ones(1, dtype=torch.long), torch.empty(0, dtype=torch.long)
+    logit = torch.zeros(1, dtype=torch.long)
     with pytest.raises(RuntimeError, match="num_layers must be"):
-        fused.layers.run(x, x.clone(), cos, sin, loc, rows, lens, ext, HEAD64.num_layers + 1, fused.isa)
+        fused.layers.run(x, x.clone(), cos, sin, loc, rows, lens, ext, HEAD64.num_layers + 1, logit, fused.isa)
     with pytest.raises(RuntimeError, match="x must be"):
-        fused.layers.run(x[:, :64].contiguous(), x[:, :64].clone(), cos, sin, loc, rows, lens, ext, 1, fused.isa)
+        fused.layers.run(x[:, :64].contiguous(), x[:, :64].clone(), cos, sin, loc, rows, lens, ext, 1, logit, fused.isa)
+    for bad in ([1], [0, 0]):  # past the batch's rows; a row twice
+        with pytest.raises(RuntimeError, match="logit_rows must increase"):
+            fused.layers.run(x.clone(), x.clone(), cos, sin, loc, rows, lens, ext, 1, torch.tensor(bad), fused.isa)
     assert len(run(e, [[1, 2, 3]])[0]["output_ids"]) == GREEDY["max_new_tokens"]
     e.check_invariants()
 

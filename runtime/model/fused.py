@@ -54,8 +54,8 @@ class FusedLayers:
         if self.kinds is None:
             raise ValueError("fused layers: the model's linear layers are not all on radixlm's kernels")
         weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 21 per layer
-        self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, k_buffer, v_buffer, model.cfg.rms_norm_eps,
-                                                            model.layers[0].self_attn.num_heads)
+        self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
+                                                            model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads)
 
     def _layer_weights(self, layer) -> list[torch.Tensor]:
         """The layer's 21 weights for FusedLayers: norm1, qkv (3), qkv's tail (3), qkv bias, o (3), norm2, gate_up
@@ -84,10 +84,8 @@ class FusedLayers:
         cos, sin = model.rotary.cos[batch.positions], model.rotary.sin[batch.positions]  # [T, D / 2] float32
         rows, lens, ext = self._attention_args(batch)
         n = len(model.layers) if batch.num_layers is None else batch.num_layers
-        x = self.layers.run(x, residual, cos, sin, batch.out_cache_loc, rows, lens, ext, n, self.isa)
-        x, residual = x[batch.logit_rows], residual[batch.logit_rows]
-        x, _ = model.norm(x, residual)
-        return model.lm_head.logits(x)
+        h = self.layers.run(x, residual, cos, sin, batch.out_cache_loc, rows, lens, ext, n, batch.logit_rows, self.isa)
+        return model.lm_head.logits(h)  # h: the final norm of the logit rows
 
     @staticmethod
     def _attention_args(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
