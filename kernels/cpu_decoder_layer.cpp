@@ -10,9 +10,9 @@
 // codes, d, mn), int6 (uint8 codes, d, unused), int8 (int8 q, d, unused) or dense (float tiles, unused, unused)
 // layouts, each matrix its own (a Q4_K_M file mixes them), but all quantized or all dense. A tail (all three
 // empty if none) is a stacked matrix's last rows where they come in another width than the rows before them (a
-// Q4_K_M file's v in Q6_K after q and k in Q4_K). k_caches, v_caches: the layers' head-major pools [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output and returned;
-// residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens. The model's
-// final norm follows the layers, on the rows whose logits the step wants.
+// Q4_K_M file's v in Q6_K after q and k in Q4_K). k_caches, v_caches: the layers' head-major pools [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output;
+// residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens; it returns
+// the model's final norm of the rows whose logits the step wants (logit_rows), the LM head's input.
 // Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
 // requests' slot rows [R, L], lens = seq_lens [R], ext_lens [R].
 #include "cpu_isa.h"
