@@ -1,12 +1,13 @@
 """Where a decode step's time goes: the forward pass (decoder layers, LM head, the rest) against the
 scheduler's own CPU work around it (scheduling and KV slots, the batch tensors, sampling, stop checks).
 
-    python benchmarks/bench_step_overhead.py [--batch 1 8] [--steps 128] [--out benchmarks/results/FILE.json]
+    python benchmarks/bench_step_overhead.py [--batch 1 8] [--steps 128] [--phases] [--out benchmarks/results/FILE.json]
 
 The Engine's defaults on the embedded SmolLM2, greedy, ``ignore_eos``; each batch size in a process of its
 own. The parts are timed by wrapping the functions the scheduler calls on this engine's objects (nothing in
 the package is changed); ``step`` is the whole ``Scheduler.step``, so ``step - forward`` is the scheduler's
-share, the CPU work that a forward pass on another core could hide.
+share, the CPU work that a forward pass on another core could hide. ``--phases``: the fused layers' own profile
+too, each thread's work and wait at the barrier per phase of a layer, summed over the layers (µs a step).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _wrap(owner, name: str, key: str, totals: dict) -> None:
     setattr(owner, name, timed)
 
 
-def measure(batch: int, steps: int, prompt_len: int) -> dict:
+def measure(batch: int, steps: int, prompt_len: int, phases: bool = False) -> dict:
     import torch
 
     from radixlm.runtime import scheduler as scheduler_module
@@ -57,7 +58,8 @@ def measure(batch: int, steps: int, prompt_len: int) -> dict:
     _wrap(scheduler_module, "append_token", "append", totals)
     _wrap(engine.model.lm_head, "logits", "lm_head", totals)
     if engine.runner.fused is not None:  # a ScriptObject's method cannot be replaced: time it through a proxy
-        proxy = argparse.Namespace(run=engine.runner.fused.layers.run)
+        layers = engine.runner.fused.layers
+        proxy = argparse.Namespace(run=layers.run, set_profiling=layers.set_profiling, phase_profile=layers.phase_profile)
         _wrap(proxy, "run", "layers", totals)
         engine.runner.fused.layers = proxy
     prompts = [text_of_tokens(engine.tokenizer, prompt_len, seed=i) for i in range(batch)]
@@ -67,17 +69,41 @@ def measure(batch: int, steps: int, prompt_len: int) -> dict:
         sched.step()
     for _ in range(8):  # warm-up decode steps
         sched.step()
+    fused = engine.runner.fused
     totals.clear()
+    if phases and fused is not None:
+        fused.profile_phases(True)
     start = time.perf_counter()
     for _ in range(steps):
         sched.step()
     wall = time.perf_counter() - start
+    profile = fused.phase_profile() / steps if phases and fused is not None else None
     ms = {k: totals[k] / steps * 1e3 for k in PARTS}
     ms["other_forward"] = ms["forward"] - ms["layers"] - ms["lm_head"]
     ms["scheduler"] = ms["step"] - ms["forward"]
     return {"batch": batch, "steps": steps, "tok_s": batch * steps / wall, "ms_per_step": ms,
             "scheduler_share": ms["scheduler"] / ms["step"], "threads": torch.get_num_threads(),
-            "kernels": engine.runner.fused is not None}
+            "kernels": engine.runner.fused is not None, "phases": phase_table(profile)}
+
+
+def phase_table(profile) -> dict | None:
+    """[threads, 2, phases] µs a step -> {phase: {"work": [per thread], "wait": [per thread]}}."""
+    from radixlm.runtime.model.fused import PHASES
+
+    if profile is None:
+        return None
+    return {name: {"work": profile[:, 0, i].tolist(), "wait": profile[:, 1, i].tolist()}
+            for i, name in enumerate(PHASES)}
+
+
+def print_phases(r: dict) -> None:
+    print(f"\nbatch {r['batch']}, the fused layers' phases, µs a step summed over the layers (work / wait at the "
+          "barrier after it, per thread)")
+    print("| phase | " + " | ".join(f"thread {t}" for t in range(r["threads"])) + " |")
+    print("|---|" + "---|" * r["threads"])
+    for name, p in r["phases"].items():
+        cells = [f"{w:.0f} / {v:.0f}" for w, v in zip(p["work"], p["wait"], strict=True)]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -85,13 +111,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--phases", action="store_true", help="the fused layers' time per phase and thread too")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     results = []
     ctx = multiprocessing.get_context("spawn")
     for b in args.batch:  # a fresh process each: no state carried between batch sizes
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
-            results.append(pool.submit(measure, b, args.steps, args.prompt_len).result())
+            results.append(pool.submit(measure, b, args.steps, args.prompt_len, args.phases).result())
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Engine defaults, "
           f"{args.steps} decode steps after a {args.prompt_len}-token prompt")
     print("| batch | tok/s | step ms | forward ms (layers / LM head / rest) | scheduler ms (schedule / batch / "
@@ -104,6 +131,9 @@ def main() -> None:
               f"{m['lm_head']:.2f} / {m['other_forward']:.2f}) | {m['scheduler']:.3f} ({m['schedule']:.3f} / "
               f"{m['batch']:.3f} / {m['sample']:.3f} / {m['append']:.3f} / {rest:.3f}) | "
               f"{r['scheduler_share']:.1%} |")
+    for r in results:
+        if r["phases"] is not None:
+            print_phases(r)
     save_result(args.out, results=results)
 
 

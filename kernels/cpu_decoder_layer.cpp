@@ -17,6 +17,7 @@
 // requests' slot rows [R, L], lens = seq_lens [R], ext_lens [R].
 #include "cpu_isa.h"
 #include "cpu_ops.h"
+#include "cpu_phase_clock.h"
 
 #include <omp.h>
 #include <torch/custom_class.h>
@@ -206,7 +207,7 @@ struct LayerCall {
 // One layer, run by thread tid of nt inside the caller's parallel region: its phases split over the threads
 // with a barrier between them. x [T, H] is read in the first phase and overwritten by the last.
 void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cache, at::Tensor& v_cache,
-                  LayerBuffers& b, int tid, int nt, Scratch& scratch) {
+                  LayerBuffers& b, int tid, int nt, Scratch& scratch, PhaseClock& clock) {
   const int64_t t = c.x.size(0);
   auto [r0, r1] = thread_part(t, tid, nt);
   const CellPart norm_rows{r0, r1, 0, c.x.size(1) / 64};  // whole rows: a row's norm is one reduction
@@ -219,32 +220,32 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
     rms_norm_range(c.x, &c.residual, lw.norm1, c.eps, r0, r1, b.h, c.isa);
     prepare_range(b.h, norm_rows, b.xh, lw.qkv.bits(), c.isa);
   }
-#pragma omp barrier
+  clock.barrier(0);
   tiles(lw.qkv, b.xh, b.qkv);
-#pragma omp barrier
+  clock.barrier(1);
   if (!heads.empty()) rope_store_range(b.qkv, lw.bias, c.cos, c.sin, k_cache, v_cache, c.loc, heads, b.q, c.isa);
-#pragma omp barrier
+  clock.barrier(2);
   auto [a0, a1] = thread_part(c.shared.first, tid, nt);
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
   run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
-#pragma omp barrier
+  clock.barrier(3);
   if (!attn_blocks.empty()) prepare_range(b.attn, attn_blocks, b.xattn, lw.o.bits(), c.isa);
-#pragma omp barrier
+  clock.barrier(4);
   tiles(lw.o, b.xattn, b.o);
-#pragma omp barrier
+  clock.barrier(5);
   if (!norm_rows.empty()) {
     rms_norm_range(b.o, &c.residual, lw.norm2, c.eps, r0, r1, b.h2, c.isa);
     prepare_range(b.h2, norm_rows, b.xh2, lw.gate_up.bits(), c.isa);
   }
-#pragma omp barrier
+  clock.barrier(6);
   tiles(lw.gate_up, b.xh2, b.gu);
-#pragma omp barrier
+  clock.barrier(7);
   if (!act_blocks.empty()) {
     const CellPart& a = act_blocks;
     silu_mul_range(b.gu, a.r0, a.r1, a.u0 * 64, a.u1 * 64, b.act, c.isa);
     prepare_range(b.act, a, b.xact, lw.down.bits(), c.isa);
   }
-#pragma omp barrier
+  clock.barrier(8);
   tiles(lw.down, b.xact, c.x);
 }
 
@@ -266,8 +267,9 @@ class FusedLayers : public torch::CustomClassHolder {
       TORCH_CHECK(k_[i].dim() == 3 && k_[i].sizes() == k_[0].sizes() && v_[i].sizes() == k_[0].sizes() &&
                   k_[i].scalar_type() == k_[0].scalar_type() && v_[i].scalar_type() == k_[0].scalar_type(),
                   "every layer's pools must be [Hkv, S, D] of one shape and dtype");
-      check_layer_weights(layer_weights(w_, i), w_[0].numel(), k_[0].scalar_type(), num_heads, k_[0].size(0),
-                          k_[0].size(2), weight_bits(w_[1]) == 16);
+      lw_.push_back(layer_weights(w_, i));
+      check_layer_weights(lw_.back(), w_[0].numel(), k_[0].scalar_type(), num_heads, k_[0].size(0), k_[0].size(2),
+                          weight_bits(w_[1]) == 16);
     }
     TORCH_CHECK(final_norm_.sizes() == w_[0].sizes() && final_norm_.scalar_type() == w_[0].scalar_type() &&
                 final_norm_.is_contiguous(), "the final norm's weight must be [H] in the pools' dtype");
@@ -283,24 +285,43 @@ class FusedLayers : public torch::CustomClassHolder {
     check_layer(x, residual, cos, sin, k_[0], v_[0], loc, num_heads_);
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
     check_logit_rows(logit_rows, x.size(0));
-    LayerBuffers buffers = carve(workspace_, x, layer_weights(w_, 0), num_heads_, k_[0].size(2));
+    LayerBuffers buffers = carve(workspace_, x, lw_[0], num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =
         ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], rows, lens, at::Tensor(), at::Tensor())
                               : extend_tasks(buffers.q, k_[0], rows, lens, ext_lens);
     SharedAttention shared = plan_shared_attention(tasks, at::get_num_threads(), isa);
     const LayerCall call{x, residual, eps_, cos, sin, loc, tasks, shared, isa};
-#pragma omp parallel num_threads(at::get_num_threads())
+    const int threads = at::get_num_threads();
+    if (profiling_ && static_cast<int64_t>(profile_.size()) < threads * 2 * kLayerPhases) {
+      profile_.resize(threads * 2 * kLayerPhases, 0.0);
+    }
+#pragma omp parallel num_threads(threads)
     {
       const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
       Scratch scratch;
+      PhaseClock clock(profiling_ ? profile_.data() + tid * 2 * kLayerPhases : nullptr);
       for (int64_t i = 0; i < num_layers; ++i) {
-        if (i > 0) {
-#pragma omp barrier
+        layer_phases(call, lw_[i], k_[i], v_[i], buffers, tid, nt, scratch, clock);
+        if (i + 1 < num_layers) {
+          clock.barrier(kLayerPhases - 1);
+        } else {
+          clock.done(kLayerPhases - 1);
         }
-        layer_phases(call, layer_weights(w_, i), k_[i], v_[i], buffers, tid, nt, scratch);
       }
     }
     return final_norm(x, residual, logit_rows, isa);
+  }
+
+  // Where run()'s time goes (cpu_phase_clock.h): on starts a profile (sums zeroed), off stops it.
+  void set_profiling(bool on) {
+    profiling_ = on;
+    profile_.assign(profile_.size(), 0.0);
+  }
+
+  // The profile's sums since set_profiling(true): float64 [threads, 2, phases], work then wait, microseconds
+  at::Tensor phase_profile() const {
+    const int64_t threads = static_cast<int64_t>(profile_.size()) / (2 * kLayerPhases);
+    return at::tensor(profile_, at::kDouble).view({threads, 2, kLayerPhases});
   }
 
  private:
@@ -327,11 +348,14 @@ class FusedLayers : public torch::CustomClassHolder {
   }
 
   std::vector<at::Tensor> w_;  // 21 weights per layer
+  std::vector<LayerWeights> lw_;  // views of w_, built once (a call's threads would copy 21 tensors a layer)
   at::Tensor final_norm_;      // [H]
   std::vector<at::Tensor> k_, v_;  // the layers' K and V pools
   double eps_;
   int64_t num_heads_;
   at::Tensor workspace_;  // the layers' buffers (carve), grown to the largest batch
+  bool profiling_ = false;
+  std::vector<double> profile_;  // [threads, 2, kLayerPhases] while profiling (phase_profile)
 };
 
 }  // namespace radixlm_cpu
@@ -340,5 +364,7 @@ TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
   m.class_<radixlm_cpu::FusedLayers>("FusedLayers")
       .def(torch::init<std::vector<at::Tensor>, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, double,
                        int64_t>())
-      .def("run", &radixlm_cpu::FusedLayers::run);
+      .def("run", &radixlm_cpu::FusedLayers::run)
+      .def("set_profiling", &radixlm_cpu::FusedLayers::set_profiling)
+      .def("phase_profile", &radixlm_cpu::FusedLayers::phase_profile);
 }

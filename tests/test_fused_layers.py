@@ -11,7 +11,7 @@ import torch
 
 from radixlm.kernels import cpu_ext
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.model.fused import FusedLayers
+from radixlm.runtime.model.fused import PHASES, FusedLayers
 from radixlm.runtime.model.loader import random_model
 
 from .conftest import TINY, int8_tail
@@ -169,3 +169,18 @@ def test_a_matrix_with_a_tail_in_another_width_runs_fused():
     hit = run(fused, [target], start)[0]  # its prefix is in the tree since the first run
     assert hit["meta_info"]["cached_tokens"] >= len(prefix) and scores(hit) == alone
     fused.check_invariants()
+
+
+def test_the_phase_profile_times_every_phase_and_changes_no_token():
+    """Profiling sums each thread's work and wait per phase of every layer over the calls since it began, and
+    the tokens are those of an engine that never profiled."""
+    plain, profiled = engine(), engine()
+    fused = profiled.runner.fused
+    fused.profile_phases(True)
+    assert scores(run(profiled, [[5, 6, 7, 8]])[0]) == scores(run(plain, [[5, 6, 7, 8]])[0])
+    prof = fused.phase_profile()
+    assert prof.shape == (torch.get_num_threads(), 2, len(PHASES)) and prof.dtype == torch.float64
+    assert bool((prof >= 0).all()) and bool((prof[:, 0, PHASES.index("qkv")] > 0).all())
+    fused.profile_phases(False)
+    run(profiled, [[9, 10]])
+    assert torch.equal(fused.phase_profile(), torch.zeros_like(prof))  # off: zeroed and not summed

@@ -46,6 +46,11 @@ def fusable(model: LlamaForCausalLM) -> frozenset[str] | None:
     return frozenset(kinds)
 
 
+# the phases of a layer in FusedLayers.phase_profile's order (kernels/cpu_phase_clock.h)
+PHASES = ("norm", "qkv", "rope + kv store", "attention", "attention's prepare", "o", "norm 2", "gate_up", "silu",
+          "down")
+
+
 class FusedLayers:
     def __init__(self, model: LlamaForCausalLM, k_buffer: list[torch.Tensor], v_buffer: list[torch.Tensor],
                  isa: int) -> None:
@@ -86,6 +91,15 @@ class FusedLayers:
         n = len(model.layers) if batch.num_layers is None else batch.num_layers
         h = self.layers.run(x, residual, cos, sin, batch.out_cache_loc, rows, lens, ext, n, batch.logit_rows, self.isa)
         return model.lm_head.logits(h)  # h: the final norm of the logit rows
+
+    def profile_phases(self, on: bool) -> None:
+        """Start (from zero) or stop summing where run()'s time goes, per thread and phase."""
+        self.layers.set_profiling(on)
+
+    def phase_profile(self) -> torch.Tensor:
+        """float64 [threads, 2, len(PHASES)]: each phase's work, then the wait at the barrier after it, in
+        microseconds summed over the calls since profile_phases(True)."""
+        return self.layers.phase_profile()
 
     @staticmethod
     def _attention_args(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
