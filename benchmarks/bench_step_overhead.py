@@ -57,11 +57,13 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False) -> di
     _wrap(scheduler_module, "sample", "sample", totals)
     _wrap(scheduler_module, "append_token", "append", totals)
     _wrap(engine.model.lm_head, "logits", "lm_head", totals)
-    if engine.runner.fused is not None:  # a ScriptObject's method cannot be replaced: time it through a proxy
-        layers = engine.runner.fused.layers
+    fused = engine.runner.fused
+    if fused is not None:  # a ScriptObject's method cannot be replaced: time it through a proxy
+        layers = fused.layers
         proxy = argparse.Namespace(run=layers.run, set_profiling=layers.set_profiling, phase_profile=layers.phase_profile)
         _wrap(proxy, "run", "layers", totals)
-        engine.runner.fused.layers = proxy
+        fused.layers = proxy
+    profiling = phases and fused is not None
     prompts = [text_of_tokens(engine.tokenizer, prompt_len, seed=i) for i in range(batch)]
     params = {"temperature": 0, "max_new_tokens": steps + 16, "ignore_eos": True}
     engine.submit(engine.build(input_ids=prompts, sampling_params=params))
@@ -69,21 +71,20 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False) -> di
         sched.step()
     for _ in range(8):  # warm-up decode steps
         sched.step()
-    fused = engine.runner.fused
     totals.clear()
-    if phases and fused is not None:
+    if profiling:
         fused.profile_phases(True)
     start = time.perf_counter()
     for _ in range(steps):
         sched.step()
     wall = time.perf_counter() - start
-    profile = fused.phase_profile() / steps if phases and fused is not None else None
+    profile = fused.phase_profile() / steps if profiling else None
     ms = {k: totals[k] / steps * 1e3 for k in PARTS}
     ms["other_forward"] = ms["forward"] - ms["layers"] - ms["lm_head"]
     ms["scheduler"] = ms["step"] - ms["forward"]
     return {"batch": batch, "steps": steps, "tok_s": batch * steps / wall, "ms_per_step": ms,
             "scheduler_share": ms["scheduler"] / ms["step"], "threads": torch.get_num_threads(),
-            "kernels": engine.runner.fused is not None, "phases": phase_table(profile)}
+            "kernels": fused is not None, "phases": phase_table(profile)}
 
 
 def phase_table(profile) -> dict | None:
