@@ -23,18 +23,38 @@ inline uint32_t lanes_from(int64_t n) {  // the bits of lanes n .. 15
   return n >= 16 ? 0u : n <= 0 ? 0xFFFFu : (0xFFFFu << n) & 0xFFFFu;
 }
 
-// scores[r * stride + t] = scale * q_r . k_t for every row and keys [k0, min(k1, len)) (k0 a multiple of 4;
-// masking is the softmax's job). q rows are widened to float32 once (qf: r_count x D), keys once per group
-// of 4 for every row. A key's score does not depend on the range it is computed in.
-template <int DC, typename T>
-void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, float scale, int64_t stride,
-            std::vector<float>& qf, float* out, int64_t k0, int64_t k1) {
-  constexpr int D = DC * 16;
-  const int64_t len = std::min(rows.len, k1), r_count = qr.n * qr.g;
-  qf.resize(r_count * D);
-  for (int64_t r = 0; r < r_count; ++r) {
-    for (int c = 0; c < DC; ++c) fstore(qf.data() + r * D + 16 * c, fload(q + qr.offset(r, D) + 16 * c));
+// The query rows a task holds in registers while its keys stream (reduce4 sums four accumulators at once).
+constexpr int kScoreRows = 4;
+
+// Few rows (decode: the G heads of one KV head): each key is widened in registers and met by every row at
+// once; the q rows, already float32 in qf, are read from L1. reduce4 sums each accumulator by its own tree,
+// so a row's score is the same as scores_buffered gives it.
+template <int DC, int RB, typename T>
+void scores_in_registers(const float* qf, int64_t r_count, const T* kh, const Rows& rows, float scale,
+                         int64_t stride, float* out, int64_t k0, int64_t len) {
+  if constexpr (RB > 1) {
+    if (r_count < RB) return scores_in_registers<DC, RB - 1>(qf, r_count, kh, rows, scale, stride, out, k0, len);
   }
+  constexpr int D = DC * 16;
+  for (int64_t t = k0; t < len; ++t) {
+    prefetch_row(kh, rows, t + kAhead, len, D * static_cast<int64_t>(sizeof(T)));
+    const T* kp = kh + rows.slot(t) * D;
+    F16 acc[kScoreRows] = {fzero(), fzero(), fzero(), fzero()};
+    for (int c = 0; c < DC; ++c) {
+      const F16 kc = fload(kp + 16 * c);
+      for (int r = 0; r < RB; ++r) acc[r] = fmadd(fload(qf + r * D + 16 * c), kc, acc[r]);
+    }
+    float s[4];
+    reduce4(acc[0], acc[1], acc[2], acc[3], s);
+    for (int r = 0; r < RB; ++r) out[r * stride + t] = s[r] * scale;
+  }
+}
+
+// Many rows (extend): keys widened once per group of 4 into a buffer that every row reads back.
+template <int DC, typename T>
+void scores_buffered(const float* qf, int64_t r_count, const T* kh, const Rows& rows, float scale,
+                     int64_t stride, float* out, int64_t k0, int64_t len) {
+  constexpr int D = DC * 16;
   alignas(64) float kbuf[4][D];  // four keys, widened once for every row
   for (int64_t t = k0; t < len; t += 4) {
     for (int j = 0; j < 4; ++j) {
@@ -43,7 +63,7 @@ void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, floa
       for (int c = 0; c < DC; ++c) fstore(kbuf[j] + 16 * c, fload(kp + 16 * c));
     }
     for (int64_t r = 0; r < r_count; ++r) {
-      const float* qp = qf.data() + r * D;
+      const float* qp = qf + r * D;
       F16 acc[4] = {fzero(), fzero(), fzero(), fzero()};
       for (int c = 0; c < DC; ++c) {
         const F16 qc = fload(qp + 16 * c);
@@ -54,6 +74,23 @@ void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, floa
       for (int j = 0; j < 4 && t + j < len; ++j) out[r * stride + t + j] = s[j] * scale;
     }
   }
+}
+
+// scores[r * stride + t] = scale * q_r . k_t for every row and keys [k0, min(k1, len)) (k0 a multiple of 4;
+// masking is the softmax's job). q rows are widened to float32 once (qf: r_count x D). A key's score is
+// q_r . k_t summed chunk by chunk in order, then across lanes by reduce4's tree: it does not depend on the
+// range it is computed in, nor on which of the two forms computes it.
+template <int DC, typename T>
+void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, float scale, int64_t stride,
+            std::vector<float>& qf, float* out, int64_t k0, int64_t k1) {
+  constexpr int D = DC * 16;
+  const int64_t len = std::min(rows.len, k1), r_count = qr.n * qr.g;
+  qf.resize(r_count * D);
+  for (int64_t r = 0; r < r_count; ++r) {
+    for (int c = 0; c < DC; ++c) fstore(qf.data() + r * D + 16 * c, fload(q + qr.offset(r, D) + 16 * c));
+  }
+  if (r_count <= kScoreRows) return scores_in_registers<DC, kScoreRows>(qf.data(), r_count, kh, rows, scale, stride, out, k0, len);
+  scores_buffered<DC>(qf.data(), r_count, kh, rows, scale, stride, out, k0, len);
 }
 
 // A row's softmax numerators over its first live_len keys, in place (0 beyond them) -> 1 / their sum.
