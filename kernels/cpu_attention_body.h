@@ -121,13 +121,13 @@ void values(const float* probs, int64_t stride, int64_t r0, int64_t c0, int64_t 
     prefetch_row(vh, rows, t + kAhead, keys, D * static_cast<int64_t>(sizeof(T)));
     const T* vp = vh + rows.slot(t) * D + 16 * c0;
     for (int c = 0; c < CB; ++c) {
-      const F16 vv = fload(vp + 16 * c);
+      const F16 vv = fload_unordered(vp + 16 * c);
       for (int i = 0; i < RB; ++i) acc[i][c] = fmadd(fset1(probs[(r0 + i) * stride + t]), vv, acc[i][c]);
     }
   }
   for (int i = 0; i < RB; ++i) {
     T* o = out + orow.offset(r0 + i, D) + 16 * c0;
-    for (int c = 0; c < CB; ++c) fstore(o + 16 * c, mul(acc[i][c], fset1(inv_sum[r0 + i])));
+    for (int c = 0; c < CB; ++c) fstore_unordered(o + 16 * c, mul(acc[i][c], fset1(inv_sum[r0 + i])));
   }
 }
 

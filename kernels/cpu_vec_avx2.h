@@ -57,6 +57,24 @@ inline void fstore_n(float* p, F16 a, int64_t n) {
   _mm256_maskstore_ps(p, lanes_below(n), a.lo);
   if (n > 8) _mm256_maskstore_ps(p + 8, lanes_below(n - 8), a.hi);
 }
+// 16 values in this layer's own lane order, for element-wise work only (no lane meets another between the load
+// and the store): fstore_unordered puts back where fload_unordered took. bfloat16 goes even elements to lo, odd
+// ones to hi (a shift and a mask, no widening shuffle); float32 and float16 keep fload's order.
+template <typename T>
+inline F16 fload_unordered(const T* p) { return fload(p); }
+template <typename T>
+inline void fstore_unordered(T* p, F16 a) { fstore(p, a); }
+template <>
+inline F16 fload_unordered(const at::BFloat16* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)),
+          _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))))};
+}
+template <>
+inline void fstore_unordered(at::BFloat16* p, F16 a) {
+  const __m256i pairs = _mm256_or_si256(bf16_bits(a.lo), _mm256_slli_epi32(bf16_bits(a.hi), 16));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pairs);
+}
 inline F16 round_bf16(F16 a) {
   return {_mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits(a.lo), 16)),
           _mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits(a.hi), 16))};

@@ -33,6 +33,12 @@ inline void fstore(at::BFloat16* p, F16 a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(a.v)));
 }
 inline void fstore_n(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first_n(n), a.v); }
+// 16 values in this layer's own lane order, for element-wise work only (no lane meets another between the load
+// and the store): fstore_unordered puts back where fload_unordered took. Here the order is fload's.
+template <typename T>
+inline F16 fload_unordered(const T* p) { return fload(p); }
+template <typename T>
+inline void fstore_unordered(T* p, F16 a) { fstore(p, a); }
 inline F16 round_bf16(F16 a) { return {_mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(a.v), 16))}; }
 
 inline F16 add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }

@@ -63,6 +63,12 @@ inline void fstore_n(float* p, F16 a, int64_t n) {
   fstore(all, a);
   for (int i = 0; i < 16 && i < n; ++i) p[i] = all[i];
 }
+// 16 values in this layer's own lane order, for element-wise work only (no lane meets another between the load
+// and the store): fstore_unordered puts back where fload_unordered took. Here the order is fload's.
+template <typename T>
+inline F16 fload_unordered(const T* p) { return fload(p); }
+template <typename T>
+inline void fstore_unordered(T* p, F16 a) { fstore(p, a); }
 inline F16 round_bf16(F16 a) { RADIXLM_QUARTERS(vreinterpretq_f32_u32(vshlq_n_u32(bf16_bits(a.q[j]), 16))); }
 
 inline F16 add(F16 a, F16 b) { RADIXLM_QUARTERS(vaddq_f32(a.q[j], b.q[j])); }

@@ -44,6 +44,12 @@ inline void fstore(at::BFloat16* p, F16 a) {
 inline void fstore_n(float* p, F16 a, int64_t n) {
   for (int i = 0; i < 16 && i < n; ++i) p[i] = a.v[i];
 }
+// 16 values in this layer's own lane order, for element-wise work only (no lane meets another between the load
+// and the store): fstore_unordered puts back where fload_unordered took. Here the order is fload's.
+template <typename T>
+inline F16 fload_unordered(const T* p) { return fload(p); }
+template <typename T>
+inline void fstore_unordered(T* p, F16 a) { fstore(p, a); }
 inline F16 round_bf16(F16 a) { RADIXLM_LANES(bf16_to_float(bf16_bits(a.v[i]))); }
 
 inline F16 add(F16 a, F16 b) { RADIXLM_LANES(a.v[i] + b.v[i]); }
