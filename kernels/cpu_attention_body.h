@@ -9,8 +9,9 @@
 // vectors aligned to position 0 (keys past the row's last are exact zeros) and reduces them by one tree;
 // values accumulate key by key in position order.
 
-// Slots are scattered through the pool: fetch the row kAhead tokens on while this one is computed.
-constexpr int64_t kAhead = 16;
+// Slots are scattered through the pool, and after a step's weights have streamed they are in no cache: fetch
+// the row kAhead tokens on while this one is computed.
+constexpr int64_t kAhead = 48;
 
 template <typename T>
 inline void prefetch_row(const T* base, const Rows& rows, int64_t t, int64_t len, int64_t bytes) {
