@@ -5,7 +5,8 @@
 //
 // Cache invariance: a row's result depends only on its query and its keys, never on how many tokens the
 // task holds, where the keys came from, or whether it is a decode or an extend step. Each key's score is
-// the same dot-product tree in fixed groups of 4 keys aligned to position 0; the softmax sums 16-key
+// the same dot-product tree (chunk by chunk, then reduce4's tree for that one accumulator) whichever form
+// computes it (keys in registers for few rows, a buffer of 4 widened keys for many); the softmax sums 16-key
 // vectors aligned to position 0 (keys past the row's last are exact zeros) and reduces them by one tree;
 // values accumulate key by key in position order.
 
@@ -26,6 +27,7 @@ inline uint32_t lanes_from(int64_t n) {  // the bits of lanes n .. 15
 
 // The query rows a task holds in registers while its keys stream (reduce4 sums four accumulators at once).
 constexpr int kScoreRows = 4;
+static_assert(kScoreRows == 4, "scores_in_registers hands reduce4 exactly four accumulators");
 
 // Few rows (decode: the G heads of one KV head): each key is widened in registers and met by every row at
 // once; the q rows, already float32 in qf, are read from L1. reduce4 sums each accumulator by its own tree,
@@ -90,8 +92,11 @@ void scores(const T* q, const QueryRows& qr, const T* kh, const Rows& rows, floa
   for (int64_t r = 0; r < r_count; ++r) {
     for (int c = 0; c < DC; ++c) fstore(qf.data() + r * D + 16 * c, fload(q + qr.offset(r, D) + 16 * c));
   }
-  if (r_count <= kScoreRows) return scores_in_registers<DC, kScoreRows>(qf.data(), r_count, kh, rows, scale, stride, out, k0, len);
-  scores_buffered<DC>(qf.data(), r_count, kh, rows, scale, stride, out, k0, len);
+  if (r_count <= kScoreRows) {
+    scores_in_registers<DC, kScoreRows>(qf.data(), r_count, kh, rows, scale, stride, out, k0, len);
+  } else {
+    scores_buffered<DC>(qf.data(), r_count, kh, rows, scale, stride, out, k0, len);
+  }
 }
 
 // A row's softmax numerators over its first live_len keys, in place (0 beyond them) -> 1 / their sum.
