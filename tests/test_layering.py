@@ -21,8 +21,7 @@ FORBIDDEN = {  # folder -> radixlm subpackages it must not import
 }
 # runtime's units from the bottom up: a unit may import its own modules and those of lower layers only
 RUNTIME_LAYERS = (
-    ("config", "messages", "ipc", "progress", "host_memory"),  # the vocabulary: configuration, typed messages,
-    # progress bars, and the huge-page blocks the weights and the KV pool live in
+    ("config", "messages", "ipc", "progress"),  # the vocabulary: configuration, typed messages, progress bars
     ("request", "batch", "request_builder"),
     ("kv",),
     ("model",),

@@ -10,13 +10,11 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
-from radixlm.runtime import host_memory
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.host_memory import HUGE_PAGE
 from radixlm.runtime.model.fused import PROJECTIONS, FusedLayers, _linears
 from radixlm.runtime.model.loader import random_model
 from radixlm.runtime.model.quantization import quantize_model
-from radixlm.runtime.model.weight_arena import move_to_arena, read_order, weight_tensors
+from radixlm.runtime.model.weight_arena import HUGE_PAGE, move_to_arena, read_order, weight_tensors
 
 from .conftest import TINY, int8_tail
 
@@ -59,13 +57,15 @@ def test_a_model_without_native_weights_has_no_arena():
 
 
 def test_a_refused_mapping_leaves_the_weights_in_place(monkeypatch):
+    from radixlm.runtime.model import weight_arena
+
     def refuse(*args, **kwargs):
         raise OSError(12, "Cannot allocate memory")
 
     model = random_model(HEAD64, seed=0)
     quantize_model(model, "int4", keep_dense=False, isa=cpu_ext.resolve("auto"))
     before = [id(m.quant.data) for m in read_order(model)]
-    monkeypatch.setattr(host_memory.mmap, "mmap", refuse)
+    monkeypatch.setattr(weight_arena.mmap, "mmap", refuse)
     assert move_to_arena(model) is None
     assert [id(m.quant.data) for m in read_order(model)] == before
 

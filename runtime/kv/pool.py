@@ -8,19 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.runtime import host_memory
 from radixlm.runtime.config import ModelConfig
-
-
-def _zero_buffers(shapes: list[tuple[int, ...]], dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    """Zero tensors of ``shapes``: on the CPU in one huge-page block (a decode step reads every cached token's
-    K and V, scattered over the whole pool), else (or where the system refuses the mapping) one by one."""
-    if device.type == "cpu":
-        try:
-            return host_memory.huge_page_tensors(shapes, dtype)[0]
-        except OSError:
-            pass
-    return [torch.zeros(s, dtype=dtype, device=device) for s in shapes]
 
 
 class KVPool:
@@ -38,8 +26,8 @@ class KVPool:
                  device: torch.device | str = "cpu", head_major: bool = True) -> None:
         """``head_major=False``: token-major k_buffer[layer] [S, Hkv, D], the layout FlashInfer reads (NHD)."""
         per_layer = (num_kv_heads, num_slots, cfg.head_dim) if head_major else (num_slots, num_kv_heads, cfg.head_dim)
-        buffers = _zero_buffers([per_layer] * (2 * cfg.num_layers), dtype, torch.device(device))
-        self.k_buffer, self.v_buffer = buffers[:cfg.num_layers], buffers[cfg.num_layers:]
+        self.k_buffer = [torch.zeros(per_layer, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
+        self.v_buffer = [torch.zeros(per_layer, dtype=dtype, device=device) for _ in range(cfg.num_layers)]
         self.dtype = dtype
         self.num_slots, self.head_major, self.device = num_slots, head_major, torch.device(device)
         self._ws = [[torch.empty(0, dtype=dtype, device=device), torch.empty(0, dtype=dtype, device=device)]

@@ -16,15 +16,17 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
+import mmap
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from radixlm.runtime.host_memory import huge_page_block
 from radixlm.runtime.model.quantization import QuantWeight
 
+HUGE_PAGE = 2 << 20
 ALIGN = 64  # each tensor starts on a cache line
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 log = logging.getLogger("radixlm.model")
 
 
@@ -72,7 +74,7 @@ def move_to_arena(model: nn.Module) -> WeightArena | None:
     tensors = [t for m in mods for t in weight_tensors(m.quant)]
     total = sum(_aligned(t.numel() * t.element_size()) for t in tensors)
     try:
-        buffer, huge = huge_page_block(total)
+        buffer, huge = _allocate(total)
     except OSError as e:  # an address-space limit, no memory for the mapping: a slower step, not a failure
         log.warning("weights left in place: could not map %.1f MB for them (%s)", total / 1e6, e)
         return None
@@ -113,3 +115,26 @@ def release_freed_heap() -> bool:
 
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _allocate(nbytes: int) -> tuple[torch.Tensor, str | None]:
+    """uint8 [nbytes] starting on a 2 MB boundary of a private anonymous mapping advised for huge pages
+    (before any page of it is touched, so the kernel can back it with them from the first fault)."""
+    if not hasattr(mmap, "MAP_ANONYMOUS"):  # not Linux / BSD: an ordinary allocation, still one block
+        return torch.empty(nbytes, dtype=torch.uint8), None
+    block = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        block.madvise(mmap.MADV_HUGEPAGE)
+    whole = torch.frombuffer(block, dtype=torch.uint8)  # holds a reference to the mapping
+    start = -whole.data_ptr() % HUGE_PAGE
+    return whole[start:start + nbytes], _thp_setting()
+
+
+def _thp_setting() -> str | None:
+    """The bracketed choice of the kernel's transparent huge page setting, e.g. 'madvise'."""
+    try:
+        with open(THP_SETTING) as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else None
