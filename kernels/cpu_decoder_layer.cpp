@@ -204,10 +204,22 @@ struct LayerCall {
   int64_t isa;
 };
 
+// A norm's inputs besides x, rows [r0, r1) of the residual and the weight, into this core's caches: issued by the
+// thread that will norm those rows as it finishes the matmul before the norm, while it waits at the barrier for the
+// other threads' tiles (the weights streamed since the last norm evicted these lines). Few rows only.
+void prefetch_norm_inputs(const at::Tensor& w, const at::Tensor& residual, int64_t r0, int64_t r1) {
+  if (r0 >= r1 || r1 - r0 > kStreamRows) return;
+  const char* wd = static_cast<const char*>(w.data_ptr());
+  for (int64_t i = 0; i < w.nbytes(); i += 64) __builtin_prefetch(wd + i, 0, 3);
+  const int64_t row = residual.size(1) * residual.element_size();
+  const char* rd = static_cast<const char*>(residual.data_ptr()) + r0 * row;
+  for (int64_t i = 0; i < (r1 - r0) * row; i += 64) __builtin_prefetch(rd + i, 1, 3);
+}
+
 // One layer, run by thread tid of nt inside the caller's parallel region: its phases split over the threads
 // with a barrier between them. x [T, H] is read in the first phase and overwritten by the last.
-void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cache, at::Tensor& v_cache,
-                  LayerBuffers& b, int tid, int nt, Scratch& scratch, PhaseClock& clock) {
+void layer_phases(const LayerCall& c, const LayerWeights& lw, const at::Tensor& next_norm, at::Tensor& k_cache,
+                  at::Tensor& v_cache, LayerBuffers& b, int tid, int nt, Scratch& scratch, PhaseClock& clock) {
   const int64_t t = c.x.size(0);
   auto [r0, r1] = thread_part(t, tid, nt);
   const CellPart norm_rows{r0, r1, 0, c.x.size(1) / 64};  // whole rows: a row's norm is one reduction
@@ -232,6 +244,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   if (!attn_blocks.empty()) prepare_range(b.attn, attn_blocks, b.xattn, lw.o.bits(), c.isa);
   clock.barrier(4);
   tiles(lw.o, b.xattn, b.o);
+  prefetch_norm_inputs(lw.norm2, c.residual, r0, r1);
   clock.barrier(5);
   if (!norm_rows.empty()) {
     rms_norm_range(b.o, &c.residual, lw.norm2, c.eps, r0, r1, b.h2, c.isa);
@@ -247,6 +260,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, at::Tensor& k_cach
   }
   clock.barrier(8);
   tiles(lw.down, b.xact, c.x);
+  prefetch_norm_inputs(next_norm, c.residual, r0, r1);
 }
 
 }  // namespace
@@ -301,7 +315,8 @@ class FusedLayers : public torch::CustomClassHolder {
       Scratch scratch;
       PhaseClock clock(profiling_ ? profile_.data() + tid * 2 * kLayerPhases : nullptr);
       for (int64_t i = 0; i < num_layers; ++i) {
-        layer_phases(call, lw_[i], k_[i], v_[i], buffers, tid, nt, scratch, clock);
+        const at::Tensor& next_norm = i + 1 < num_layers ? lw_[i + 1].norm1 : final_norm_;
+        layer_phases(call, lw_[i], next_norm, k_[i], v_[i], buffers, tid, nt, scratch, clock);
         if (i + 1 < num_layers) {
           clock.barrier(kLayerPhases - 1);
         } else {
