@@ -10,12 +10,15 @@
 // codes, d, mn), int6 (uint8 codes, d, unused), int8 (int8 q, d, unused) or dense (float tiles, unused, unused)
 // layouts, each matrix its own (a Q4_K_M file mixes them), but all quantized or all dense. A tail (all three
 // empty if none) is a stacked matrix's last rows where they come in another width than the rows before them (a
-// Q4_K_M file's v in Q6_K after q and k in Q4_K). k_caches, v_caches: the layers' head-major pools [Hkv, S, D]. run(): x [T, H] the embeddings, overwritten by the last layer's output;
-// residual [T, H] zeros, updated in place; cos, sin [T, D / 2] float32; loc [T] slots of the new tokens; it returns
-// the model's final norm of the rows whose logits the step wants (logit_rows), the LM head's input.
+// Q4_K_M file's v in Q6_K after q and k in Q4_K). k_caches, v_caches: the layers' head-major pools [Hkv, S, D].
+// cos, sin: the rotary tables [P, D / 2] float32. head: the LM head's (data, scales, mins) in one of the quantized
+// layouts, or nothing. run(): x [T, H] the embeddings, overwritten by the last layer's output; positions [T] (rows
+// of the tables); loc [T] slots of the new tokens; it returns the logits (float32) of the rows the step wants
+// (logit_rows), or without a head the model's final norm of those rows, the LM head's input.
 // Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
 // requests' slot rows [R, L], lens = seq_lens [R], ext_lens [R].
 #include "cpu_isa.h"
+#include "cpu_layer_weights.h"
 #include "cpu_ops.h"
 #include "cpu_phase_clock.h"
 
@@ -33,14 +36,12 @@
 namespace radixlm_cpu {
 namespace {
 
-constexpr int kWeights = 21;
-
 // Tokens [p.r0, p.r1), heads [p.u0, p.u1) of the Hq query then Hkv KV heads of qkv + bias (bias empty: none):
 // q rotated into q [T, Hq, D]; k rotated and v stored into the pools. No torch op: this runs on the region's
 // threads, where torch's thread-local state (inference mode) is not the caller's.
 void rope_store_range(const at::Tensor& qkv, const at::Tensor& bias, const at::Tensor& cos, const at::Tensor& sin,
-                      at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc, const CellPart& p, at::Tensor& q,
-                      int64_t isa) {
+                      const at::Tensor& pos, at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc,
+                      const CellPart& p, at::Tensor& q, int64_t isa) {
   const int64_t hq = q.size(1), hkv = k_cache.size(0), d = k_cache.size(2), stride = k_cache.stride(0);
   dispatch_float_bf16(qkv, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -49,95 +50,16 @@ void rope_store_range(const at::Tensor& qkv, const at::Tensor& bias, const at::T
     const float* cd = cos.data_ptr<float>();
     const float* sd = sin.data_ptr<float>();
     const int64_t* ld = loc.data_ptr<int64_t>();
+    const int64_t* pd = pos.data_ptr<int64_t>();
     T *qd = q.data_ptr<T>(), *kd = k_cache.data_ptr<T>(), *vd = v_cache.data_ptr<T>();
     if (d == 64) {
-      RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, ld, qd, kd, vd,
+      RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd, vd,
                        stride);
     } else {
-      RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, ld, qd, kd, vd,
+      RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd, vd,
                        stride);
     }
   });
-}
-
-// One call's inputs against a layer's pools (the weights and bits were checked once, by the constructor).
-void check_layer(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& cos, const at::Tensor& sin,
-                 const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& loc, int64_t num_heads) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && residual.sizes() == x.sizes() && residual.is_contiguous() &&
-              residual.scalar_type() == x.scalar_type() && x.size(1) % 64 == 0,
-              "x and residual must be contiguous [T, H] tensors of one dtype, H a multiple of 64");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x must be float32 or bfloat16");
-  const int64_t t = x.size(0), d = k_cache.size(2);
-  TORCH_CHECK(k_cache.dim() == 3 && v_cache.sizes() == k_cache.sizes() && k_cache.is_contiguous() &&
-              v_cache.is_contiguous() && k_cache.scalar_type() == x.scalar_type(),
-              "k_cache and v_cache must be contiguous [Hkv, S, D] pools in x's dtype");
-  TORCH_CHECK(d == 64 || d == 128, "head dim must be 64 or 128, got ", d);
-  TORCH_CHECK(num_heads % k_cache.size(0) == 0 && num_heads / k_cache.size(0) <= 16,
-              "query heads must be 1-16 per KV head");
-  TORCH_CHECK(cos.sizes() == sin.sizes() && cos.dim() == 2 && cos.size(0) == t && cos.size(1) == d / 2 &&
-              cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.is_contiguous(),
-              "cos and sin must be contiguous float32 [T, D / 2]");
-  TORCH_CHECK(loc.numel() == t && loc.scalar_type() == at::kLong && loc.is_contiguous(), "loc must be int64 [T]");
-}
-
-// A layer's matrix: a weight, and its last rows in another width where it has them.
-struct Matrix {
-  QuantWeightRef w;
-  std::optional<QuantWeightRef> tail;
-  int64_t n() const { return w.n() + (tail ? tail->n() : 0); }
-  int64_t k() const { return w.k(); }
-  int64_t bits() const { return w.bits; }  // the activations' preparation (the tail's is the same)
-};
-
-// One layer's weights (views of the op's list, 21 per layer).
-struct LayerWeights {
-  const at::Tensor &norm1, &bias, &norm2;
-  Matrix qkv, o, gate_up, down;
-};
-
-// A matrix's bits from its data: uint8 int4 codes (32 bytes a k-quad, or 288 a group in the K-quant layout), int5
-// codes (40, or 352), the sub-blocks of int6, int3 or int2 (sub_block_bytes), int8 codes, else dense.
-int64_t weight_bits(const at::Tensor& data) {
-  if (data.scalar_type() == at::kByte) {
-    const int64_t last = data.dim() == 3 ? data.size(2) : 0;
-    for (int64_t bits : {2, 3, 6}) {
-      if (last == sub_block_bytes(bits)) return bits;
-    }
-    return last == 40 || last == 352 ? 5 : 4;  // 352: int5 in the K-quant layout
-  }
-  return data.scalar_type() == at::kChar ? 8 : 16;
-}
-
-LayerWeights layer_weights(const std::vector<at::Tensor>& w, int64_t layer) {
-  const at::Tensor* l = w.data() + layer * kWeights;
-  auto ref = [&](int i) { return QuantWeightRef{weight_bits(l[i]), l[i], l[i + 1], l[i + 2]}; };
-  auto stacked = [&](int i) {  // a weight and its tail
-    return l[i + 3].numel() > 0 ? Matrix{ref(i), ref(i + 3)} : Matrix{ref(i), std::nullopt};
-  };
-  return {l[0], l[7], l[11], stacked(1), Matrix{ref(8), std::nullopt}, stacked(12), Matrix{ref(18), std::nullopt}};
-}
-
-// hidden and dtype: the model's (its pools' dtype is the activations')
-void check_layer_weights(const LayerWeights& lw, int64_t hidden, at::ScalarType dtype, int64_t num_heads, int64_t hkv,
-                         int64_t d, bool dense) {
-  for (const Matrix* m : {&lw.qkv, &lw.o, &lw.gate_up, &lw.down}) {
-    for (const QuantWeightRef* wt : {&m->w, m->tail ? &*m->tail : nullptr}) {
-      if (wt == nullptr) continue;
-      check_weight(*wt);
-      TORCH_CHECK((wt->bits == 16) == dense, "weights must be all quantized (int2 - int8) or all dense");
-      TORCH_CHECK(wt->bits != 16 || wt->data.scalar_type() == dtype, "dense weights must be in the pools' dtype");
-    }
-    TORCH_CHECK(!m->tail || m->tail->k() == m->k(), "a matrix's tail must have the matrix's columns");
-  }
-  TORCH_CHECK(lw.norm1.sizes() == lw.norm2.sizes() && lw.norm1.numel() == hidden && lw.norm1.scalar_type() == dtype,
-              "norm weights must be [H] in the pools' dtype");
-  TORCH_CHECK(lw.qkv.k() == hidden && lw.qkv.n() == (num_heads + 2 * hkv) * d && lw.o.k() == num_heads * d &&
-              lw.o.n() == hidden && lw.gate_up.k() == hidden && lw.down.n() == hidden &&
-              lw.down.k() * 2 == lw.gate_up.n() && lw.down.k() % 64 == 0,
-              "weights: shapes disagree with the model (or the intermediate size is not a multiple of 64)");
-  TORCH_CHECK(lw.bias.numel() == 0 || (lw.bias.numel() == lw.qkv.n() && lw.bias.is_contiguous() &&
-                                       lw.bias.scalar_type() == dtype),
-              "the qkv bias must be empty or [(Hq + 2 Hkv) D] in the pools' dtype");
 }
 
 // The buffers every layer of one call reuses, carved from the workspace (grown when a batch needs more). The
@@ -198,7 +120,7 @@ void matrix_tiles(const Matrix& m, const Activations& xq, at::Tensor& y, int tid
 struct LayerCall {
   at::Tensor &x, &residual;
   double eps;
-  const at::Tensor &cos, &sin, &loc;
+  const at::Tensor &cos, &sin, &pos, &loc;
   const std::vector<AttentionTask>& tasks;
   SharedAttention& shared;  // the tasks past shared.first: every thread takes part in each
   int64_t isa;
@@ -235,7 +157,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, const at::Tensor& 
   clock.barrier(0);
   tiles(lw.qkv, b.xh, b.qkv);
   clock.barrier(1);
-  if (!heads.empty()) rope_store_range(b.qkv, lw.bias, c.cos, c.sin, k_cache, v_cache, c.loc, heads, b.q, c.isa);
+  if (!heads.empty()) rope_store_range(b.qkv, lw.bias, c.cos, c.sin, c.pos, k_cache, v_cache, c.loc, heads, b.q, c.isa);
   clock.barrier(2);
   auto [a0, a1] = thread_part(c.shared.first, tid, nt);
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
@@ -271,12 +193,15 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, const at::Tensor& 
 class FusedLayers : public torch::CustomClassHolder {
  public:
   FusedLayers(std::vector<at::Tensor> weights, at::Tensor final_norm, std::vector<at::Tensor> k_caches,
-              std::vector<at::Tensor> v_caches, double eps, int64_t num_heads)
+              std::vector<at::Tensor> v_caches, double eps, int64_t num_heads, at::Tensor cos, at::Tensor sin,
+              std::vector<at::Tensor> head)
       : w_(std::move(weights)), final_norm_(std::move(final_norm)), k_(std::move(k_caches)), v_(std::move(v_caches)),
-        eps_(eps), num_heads_(num_heads), workspace_(at::empty({0}, at::kByte)) {
+        eps_(eps), num_heads_(num_heads), cos_(std::move(cos)), sin_(std::move(sin)),
+        workspace_(at::empty({0}, at::kByte)) {
     const int64_t layers = static_cast<int64_t>(k_.size());
     TORCH_CHECK(layers >= 1 && static_cast<int64_t>(w_.size()) == kWeights * layers && v_.size() == k_.size(),
                 "weights: expected ", kWeights, " tensors per layer for ", layers, " layers, got ", w_.size());
+    check_pools(k_[0], v_[0], cos_, sin_, num_heads);
     for (int64_t i = 0; i < layers; ++i) {
       TORCH_CHECK(k_[i].dim() == 3 && k_[i].sizes() == k_[0].sizes() && v_[i].sizes() == k_[0].sizes() &&
                   k_[i].scalar_type() == k_[0].scalar_type() && v_[i].scalar_type() == k_[0].scalar_type(),
@@ -287,24 +212,26 @@ class FusedLayers : public torch::CustomClassHolder {
     }
     TORCH_CHECK(final_norm_.sizes() == w_[0].sizes() && final_norm_.scalar_type() == w_[0].scalar_type() &&
                 final_norm_.is_contiguous(), "the final norm's weight must be [H] in the pools' dtype");
+    if (!head.empty()) head_ = lm_head(head, w_[0].numel());
   }
 
-  // x [T, H] the embeddings, residual [T, H] zeros; the first num_layers layers, then the final norm of rows
-  // logit_rows [R] (increasing) -> [R, H], the LM head's input. x and residual are overwritten.
-  at::Tensor run(at::Tensor x, at::Tensor residual, at::Tensor cos, at::Tensor sin, at::Tensor loc, at::Tensor rows,
-                 at::Tensor lens, at::Tensor ext_lens, int64_t num_layers, at::Tensor logit_rows, int64_t isa) {
+  // x [T, H] the embeddings (overwritten); the first num_layers layers, then the final norm of rows logit_rows [R]
+  // (increasing) -> their logits [R, N] float32, or without a head the final norm [R, H], the LM head's input.
+  at::Tensor run(at::Tensor x, at::Tensor positions, at::Tensor loc, at::Tensor rows, at::Tensor lens,
+                 at::Tensor ext_lens, int64_t num_layers, at::Tensor logit_rows, int64_t isa) {
     check_isa(isa);
     TORCH_CHECK(num_layers >= 1 && num_layers <= static_cast<int64_t>(k_.size()), "num_layers must be 1-",
                 k_.size(), ", got ", num_layers);
-    check_layer(x, residual, cos, sin, k_[0], v_[0], loc, num_heads_);
+    check_call(x, positions, loc, k_[0], cos_.size(0));
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
+    at::Tensor residual = at::zeros_like(x);
     check_logit_rows(logit_rows, x.size(0));
     LayerBuffers buffers = carve(workspace_, x, lw_[0], num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =
         ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], rows, lens, at::Tensor(), at::Tensor())
                               : extend_tasks(buffers.q, k_[0], rows, lens, ext_lens);
     SharedAttention shared = plan_shared_attention(tasks, at::get_num_threads(), isa);
-    const LayerCall call{x, residual, eps_, cos, sin, loc, tasks, shared, isa};
+    const LayerCall call{x, residual, eps_, cos_, sin_, positions, loc, tasks, shared, isa};
     const int threads = at::get_num_threads();
     if (profiling_ && static_cast<int64_t>(profile_.size()) < threads * 2 * kLayerPhases) {
       profile_.resize(threads * 2 * kLayerPhases, 0.0);
@@ -324,19 +251,32 @@ class FusedLayers : public torch::CustomClassHolder {
         }
       }
     }
-    return final_norm(x, residual, logit_rows, isa);
+    at::Tensor h = final_norm(x, residual, logit_rows, isa);
+    if (!head_) return h;
+    const auto start = std::chrono::steady_clock::now();
+    at::Tensor logits = linear_logits(h, *head_, isa);
+    if (profiling_) {
+      head_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    }
+    return logits;
   }
 
   // Where run()'s time goes (cpu_phase_clock.h): on starts a profile (sums zeroed), off stops it.
   void set_profiling(bool on) {
     profiling_ = on;
     profile_.assign(profile_.size(), 0.0);
+    head_us_ = 0.0;
   }
 
-  // The profile's sums since set_profiling(true): float64 [threads, 2, phases], work then wait, microseconds
+  // The profile's sums since set_profiling(true): float64 [threads, 2, kLayerPhases + 1], work then wait,
+  // microseconds; the last phase is the LM head's, after the layers, timed on the calling thread (row 0)
   at::Tensor phase_profile() const {
     const int64_t threads = static_cast<int64_t>(profile_.size()) / (2 * kLayerPhases);
-    return at::tensor(profile_, at::kDouble).view({threads, 2, kLayerPhases});
+    at::Tensor out = at::zeros({threads, 2, kLayerPhases + 1}, at::kDouble);
+    if (threads == 0) return out;
+    out.narrow(2, 0, kLayerPhases).copy_(at::tensor(profile_, at::kDouble).view({threads, 2, kLayerPhases}));
+    out[0][0][kLayerPhases] = head_us_;
+    return out;
   }
 
  private:
@@ -365,12 +305,15 @@ class FusedLayers : public torch::CustomClassHolder {
   std::vector<at::Tensor> w_;  // 21 weights per layer
   std::vector<LayerWeights> lw_;  // views of w_, built once (a call's threads would copy 21 tensors a layer)
   at::Tensor final_norm_;      // [H]
+  at::Tensor cos_, sin_;       // the rotary tables [P, D / 2]
+  std::optional<QuantWeightRef> head_;  // the LM head, when the call computes the logits
   std::vector<at::Tensor> k_, v_;  // the layers' K and V pools
   double eps_;
   int64_t num_heads_;
   at::Tensor workspace_;  // the layers' buffers (carve), grown to the largest batch
   bool profiling_ = false;
   std::vector<double> profile_;  // [threads, 2, kLayerPhases] while profiling (phase_profile)
+  double head_us_ = 0.0;         // the LM head's time while profiling
 };
 
 }  // namespace radixlm_cpu
@@ -378,7 +321,7 @@ class FusedLayers : public torch::CustomClassHolder {
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
   m.class_<radixlm_cpu::FusedLayers>("FusedLayers")
       .def(torch::init<std::vector<at::Tensor>, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, double,
-                       int64_t>())
+                       int64_t, at::Tensor, at::Tensor, std::vector<at::Tensor>>())
       .def("run", &radixlm_cpu::FusedLayers::run)
       .def("set_profiling", &radixlm_cpu::FusedLayers::set_profiling)
       .def("phase_profile", &radixlm_cpu::FusedLayers::phase_profile);

@@ -71,6 +71,23 @@ at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
 
 }  // namespace
 
+at::Tensor linear_logits(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
+  const int64_t m = x.size(0), k = x.size(1), n = w.n();
+  std::vector<char> memory(Activations::bytes(m, k, w.bits) + 64);
+  const Activations a = Activations::at(memory.data(), m, k, w.bits);
+  at::parallel_for(0, m, 16, [&](int64_t r0, int64_t r1) { prepare_range(x, {r0, r1, 0, k / 64}, a, w.bits, isa); });
+  at::Tensor y = at::empty({m, n}, x.options());
+  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
+  at::parallel_for(0, n / 16, 4, [&](int64_t t0, int64_t t1) {
+    linear_tiles(w, a, t0, t1, y, 0, isa);
+    dispatch_float_bf16(y, [&](auto* tag) {  // the tiles' columns while they are in cache
+      using T = std::remove_pointer_t<decltype(tag)>;
+      RADIXLM_ISA_CALL(isa, widen_rows<T>, y.data_ptr<T>(), 0, m, 16 * t0, 16 * t1, n, out.data_ptr<float>());
+    });
+  });
+  return out;
+}
+
 void check_kform(const QuantWeightRef& w) {
   TORCH_CHECK(w.scales.scalar_type() == at::kHalf && w.scales.dim() == 3 && w.scales.size(0) == w.data.size(0) &&
               w.scales.size(1) * 8 == w.data.size(1) && w.scales.size(2) == 16 && w.mins.defined() &&

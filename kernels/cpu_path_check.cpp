@@ -206,7 +206,9 @@ void check_norm_act_rope(const char* dtype) {
   const int64_t rows = 3, h = 192, inter = 160, hq = 3, hkv = 1, d = 64, slots = 8;
   const std::vector<T> x = random_rows<T>(rows * h, 3.f), w = random_rows<T>(h, 1.f);
   const std::vector<T> gu = random_rows<T>(rows * 2 * inter, 8.f), qkv = random_rows<T>(rows * (hq + 2 * hkv) * d, 1.f);
-  const std::vector<float> cs = random_rows<float>(rows * d / 2, 1.f), sn = random_rows<float>(rows * d / 2, 1.f);
+  const int64_t table_rows = 11, pos[rows] = {10, 2, 6};  // rows of the rotary tables
+  const std::vector<float> cs = random_rows<float>(table_rows * d / 2, 1.f);
+  const std::vector<float> sn = random_rows<float>(table_rows * d / 2, 1.f);
   const std::vector<T> bias = random_rows<T>((hq + 2 * hkv) * d, 1.f);  // Qwen2's qkv bias
   const int64_t loc[rows] = {5, 0, 7};
   auto run = [&](auto norm, auto silu, auto rope, std::vector<T>& res, std::vector<T>& normed, std::vector<T>& act,
@@ -216,8 +218,8 @@ void check_norm_act_rope(const char* dtype) {
     qo.assign(rows * hq * d, T{}), kc.assign(hkv * slots * d, T{}), vc.assign(hkv * slots * d, T{});
     norm(x.data(), res.data(), w.data(), 0, rows, h, 1e-5f, normed.data());
     silu(gu.data(), 0, rows, 0, inter, inter, act.data());
-    rope(qkv.data(), bias.data(), 0, rows, 0, hq + hkv, hq, hkv, cs.data(), sn.data(), loc, qo.data(), kc.data(),
-         vc.data(), slots * d);
+    rope(qkv.data(), bias.data(), 0, rows, 0, hq + hkv, hq, hkv, cs.data(), sn.data(), pos, loc, qo.data(),
+         kc.data(), vc.data(), slots * d);
   };
   std::vector<T> p[6], o[6];
   run(radixlm_portable::rms_norm_rows<T>, radixlm_portable::silu_mul_rows<T>, radixlm_portable::rope_store_rows<4, T>,

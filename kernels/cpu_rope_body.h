@@ -2,7 +2,7 @@
 // (compiled per instruction set by cpu_foreach_isa.h; used by cpu_decoder_layer.cpp).
 //
 // Rotate-half RoPE in float32, one rounding: with x = (x1, x2) the two halves of a head,
-// out = (x1 cos - x2 sin, x2 cos + x1 sin); cos, sin [T, D / 2] float32 per token.
+// out = (x1 cos - x2 sin, x2 cos + x1 sin); cos, sin [P, D / 2] float32 tables, row pos[t] for token t.
 
 // row[j] (+ bias[j], rounded to T as torch's add is, when there is a bias) in float32
 template <typename T>
@@ -19,14 +19,14 @@ inline F16 load_biased(const T* row, const T* bias, int64_t j) {
 // nothing else. DC = D / 16.
 template <int DC, typename T>
 void rope_store_rows(const T* qkv, const T* bias, int64_t t0, int64_t t1, int64_t h0, int64_t h1, int64_t hq,
-                     int64_t hkv, const float* cos, const float* sin, const int64_t* loc, T* q_out, T* k_cache,
-                     T* v_cache, int64_t head_stride) {
+                     int64_t hkv, const float* cos, const float* sin, const int64_t* pos, const int64_t* loc,
+                     T* q_out, T* k_cache, T* v_cache, int64_t head_stride) {
   constexpr int D = DC * 16, HALF = D / 2;
   const int64_t width = (hq + 2 * hkv) * D;
   for (int64_t t = t0; t < t1; ++t) {
     const T* row = qkv + t * width;
-    const float* c = cos + t * HALF;
-    const float* s = sin + t * HALF;
+    const float* c = cos + pos[t] * HALF;
+    const float* s = sin + pos[t] * HALF;
     auto rotate = [&](int64_t col, T* out) {  // the head at column col
       for (int j = 0; j < HALF; j += 16) {
         const F16 x1 = load_biased(row, bias, col + j), x2 = load_biased(row, bias, col + HALF + j);

@@ -11,6 +11,7 @@ import torch
 
 from radixlm.kernels import cpu_ext
 from radixlm.runtime.engine import Engine
+from radixlm.runtime.model import fused as fused_module
 from radixlm.runtime.model.fused import PHASES, FusedLayers
 from radixlm.runtime.model.loader import random_model
 
@@ -79,6 +80,21 @@ def test_bfloat16_dense_models_run_fused_on_the_dense_kernel():
     assert Engine.from_model(random_model(TINY, seed=0), None, quantization="int4").runner.fused is None  # head dim 16
 
 
+@pytest.mark.parametrize("quantization", ["int4", "int8"])
+def test_the_lm_head_in_the_call_gives_the_models_own_logits(quantization, monkeypatch):
+    """With the LM head in the fused call (its logits widened to float32 in the same op), every logprob and token
+    is bit for bit what the model's own head gives on the final norm the call returns without it."""
+    inside = engine(quantization, cfg=THREE_KV)
+    assert inside.runner.fused.head_fused
+    monkeypatch.setattr(fused_module, "_head_weights", lambda model: [])
+    outside = engine(quantization, cfg=THREE_KV)
+    assert not outside.runner.fused.head_fused
+    prompts = [[(7 * j + 3) % 250 for j in range(40)], [5, 6, 7]]
+    got, want = run(inside, prompts), run(outside, prompts)
+    for g, w in zip(got, want, strict=True):
+        assert scores(g) == scores(w) and g["output_ids"] == w["output_ids"]
+
+
 @pytest.mark.parametrize("cfg", [HEAD64, THREE_KV, QKV_BIAS, HEAD128], ids=["2kv", "3kv", "3kv-bias", "head128"])
 def test_a_request_is_the_same_alone_batched_cached_or_chunked(cfg):
     """Bit-identical prompt logprobs (of the last tokens) and output logprobs: alone, in a batch of mixed
@@ -105,29 +121,43 @@ def test_the_layers_object_refuses_what_does_not_fit():
     fused = e.runner.fused
     weights = [w for layer in e.model.layers for w in fused._layer_weights(layer)]
     pools = e.runner.pool
-    make, norm = torch.classes.radixlm_cpu.FusedLayers, e.model.norm.weight
+    rotary = e.model.rotary
+    norm = e.model.norm.weight
+
+    def make(weights, norm, heads=HEAD64.num_heads, cos=rotary.cos, head=()):
+        return torch.classes.radixlm_cpu.FusedLayers(weights, norm, pools.k_buffer, pools.v_buffer, 1e-5, heads, cos,
+                                                     rotary.sin, list(head))
     with pytest.raises(RuntimeError, match="tensors per layer"):
-        make(weights[:-1], norm, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
+        make(weights[:-1], norm)
     with pytest.raises(RuntimeError, match="all quantized .* or all dense"):  # a dense o among int4 matrices
         o = e.model.layers[0].self_attn.o_proj.quant
         dense_o = torch.zeros(o.out_features // 16, o.in_features, 16, dtype=pools.k_buffer[0].dtype)
-        make(weights[:8] + [dense_o] + weights[9:], norm, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
+        make(weights[:8] + [dense_o] + weights[9:], norm)
     with pytest.raises(RuntimeError, match="shapes disagree"):
-        make(weights, norm, pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads * 2)
+        make(weights, norm, heads=HEAD64.num_heads * 2)
     with pytest.raises(RuntimeError, match="final norm"):
-        make(weights, norm[:-1], pools.k_buffer, pools.v_buffer, 1e-5, HEAD64.num_heads)
+        make(weights, norm[:-1])
+    with pytest.raises(RuntimeError, match="rotary tables"):
+        make(weights, norm, cos=rotary.cos[:, :-1])
+    q = e.model.lm_head.quant
+    with pytest.raises(RuntimeError, match="head: expected"):
+        make(weights, norm, head=[q.data, q.scales])
+    with pytest.raises(RuntimeError, match="head: the LM head takes"):  # the head of a model half as wide
+        half = [q.data[:, : q.data.shape[1] // 2].contiguous(), q.scales[:, : q.scales.shape[1] // 2].contiguous()]
+        make(weights, norm, head=[*half, torch.empty(0)])
     x = torch.zeros(1, HEAD64.hidden_size, dtype=pools.k_buffer[0].dtype)
-    cos = sin = torch.zeros(1, HEAD64.head_dim // 2)
-    loc, rows, lens, ext = torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long), \
-        torch.ones(1, dtype=torch.long), torch.empty(0, dtype=torch.long)
+    pos, loc, rows, lens, ext = torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), \
+        torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), torch.empty(0, dtype=torch.long)
     logit = torch.zeros(1, dtype=torch.long)
     with pytest.raises(RuntimeError, match="num_layers must be"):
-        fused.layers.run(x, x.clone(), cos, sin, loc, rows, lens, ext, HEAD64.num_layers + 1, logit, fused.isa)
+        fused.layers.run(x, pos, loc, rows, lens, ext, HEAD64.num_layers + 1, logit, fused.isa)
     with pytest.raises(RuntimeError, match="x must be"):
-        fused.layers.run(x[:, :64].contiguous(), x[:, :64].clone(), cos, sin, loc, rows, lens, ext, 1, logit, fused.isa)
+        fused.layers.run(x[:, :64].contiguous(), pos, loc, rows, lens, ext, 1, logit, fused.isa)
+    with pytest.raises(RuntimeError, match="outside the rotary tables"):
+        fused.layers.run(x.clone(), torch.tensor([rotary.cos.shape[0]]), loc, rows, lens, ext, 1, logit, fused.isa)
     for bad in ([1], [0, 0]):  # past the batch's rows; a row twice
         with pytest.raises(RuntimeError, match="logit_rows must increase"):
-            fused.layers.run(x.clone(), x.clone(), cos, sin, loc, rows, lens, ext, 1, torch.tensor(bad), fused.isa)
+            fused.layers.run(x.clone(), pos, loc, rows, lens, ext, 1, torch.tensor(bad), fused.isa)
     assert len(run(e, [[1, 2, 3]])[0]["output_ids"]) == GREEDY["max_new_tokens"]
     e.check_invariants()
 
@@ -181,6 +211,7 @@ def test_the_phase_profile_times_every_phase_and_changes_no_token():
     prof = fused.phase_profile()
     assert prof.shape == (torch.get_num_threads(), 2, len(PHASES)) and prof.dtype == torch.float64
     assert bool((prof >= 0).all()) and bool((prof[:, 0, PHASES.index("qkv")] > 0).all())
+    assert prof[0, 0, PHASES.index("LM head")] > 0  # the head's, after the layers, on the calling thread
     fused.profile_phases(False)
     run(profiled, [[9, 10]])
     assert torch.equal(fused.phase_profile(), torch.zeros_like(prof))  # off: zeroed and not summed

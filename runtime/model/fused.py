@@ -2,8 +2,8 @@
 
 Eager decode with torch's ops runs ~25 ops a layer, each with Python and dispatch around it, which cost
 more than the int4 matmuls themselves; a compiled graph removes that at the price of a compile at startup.
-The fused layers remove it without one: a decode step is the embedding, one call for the layers, the
-final norm and the LM head. Every kernel in it gives a row the same bits whatever the batch, so the model's
+The fused layers remove it without one: a decode step is the embedding and one call for the layers, the
+final norm and the LM head (the head in the call where it is on radixlm's quantized kernels, as the layers are). Every kernel in it gives a row the same bits whatever the batch, so the model's
 output for a request does not depend on the requests batched with it, nor on whether its prefix came from
 the cache.
 
@@ -48,7 +48,17 @@ def fusable(model: LlamaForCausalLM) -> frozenset[str] | None:
 
 # the phases of a layer in FusedLayers.phase_profile's order (kernels/cpu_phase_clock.h)
 PHASES = ("norm", "qkv", "rope + kv store", "attention", "attention's prepare", "o", "norm 2", "gate_up", "silu",
-          "down")
+          "down", "LM head")
+
+
+def _head_weights(model: LlamaForCausalLM) -> list[torch.Tensor]:
+    """The LM head's (data, scales, mins) for the fused call where it runs on radixlm's quantized kernels alone
+    (no dense copy, no tail; one rank), else none: the model's own head then takes the final norm."""
+    head = model.lm_head
+    q = head.quant
+    if q is None or q.backend != "native" or q.kind == "dense" or q.tail is not None or head.weight is not None:
+        return []
+    return [q.data, q.scales, q.mins if q.mins is not None else torch.empty(0)]
 
 
 class FusedLayers:
@@ -59,8 +69,11 @@ class FusedLayers:
         if self.kinds is None:
             raise ValueError("fused layers: the model's linear layers are not all on radixlm's kernels")
         weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 21 per layer
+        head = _head_weights(model)
+        self.head_fused = bool(head)
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
-                                                            model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads)
+                                                            model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads,
+                                                            model.rotary.cos, model.rotary.sin, head)
 
     def _layer_weights(self, layer) -> list[torch.Tensor]:
         """The layer's 21 weights for FusedLayers: norm1, qkv (3), qkv's tail (3), qkv bias, o (3), norm2, gate_up
@@ -85,12 +98,12 @@ class FusedLayers:
         """A batch the attention backend has prepared -> logits [len(batch.logit_rows), vocab] float32."""
         model = self.model
         x = model.embed_tokens(batch.input_ids)
-        residual = torch.zeros_like(x)
-        cos, sin = model.rotary.cos[batch.positions], model.rotary.sin[batch.positions]  # [T, D / 2] float32
         rows, lens, ext = self._attention_args(batch)
         n = len(model.layers) if batch.num_layers is None else batch.num_layers
-        h = self.layers.run(x, residual, cos, sin, batch.out_cache_loc, rows, lens, ext, n, batch.logit_rows, self.isa)
-        return model.lm_head.logits(h)  # h: the final norm of the logit rows
+        out = self.layers.run(x, batch.positions, batch.out_cache_loc, rows, lens, ext, n, batch.logit_rows, self.isa)
+        if self.head_fused:  # out: the logits of the logit rows
+            return out[:, : model.lm_head.vocab_size]
+        return model.lm_head.logits(out)  # out: the final norm of the logit rows
 
     def profile_phases(self, on: bool) -> None:
         """Start (from zero) or stop summing where run()'s time goes, per thread and phase."""
@@ -98,7 +111,7 @@ class FusedLayers:
 
     def phase_profile(self) -> torch.Tensor:
         """float64 [threads, 2, len(PHASES)]: each phase's work, then the wait at the barrier after it, in
-        microseconds summed over the calls since profile_phases(True)."""
+        microseconds summed over the calls since profile_phases(True); the LM head's (last) on thread 0 alone."""
         return self.layers.phase_profile()
 
     @staticmethod
