@@ -126,6 +126,24 @@ struct LayerCall {
   int64_t isa;
 };
 
+// Thread tid's cells of RoPE + KV store, units the Hq query heads then the Hkv KV heads of a row: whole rows when
+// there is a row for every thread, else its part of every row's heads split by cost, a KV head counted as
+// kKvHeadCost query heads (its k rotated and stored and its v stored: four pool lines a fresh slot has in no cache).
+constexpr int64_t kKvHeadCost = 5;
+CellPart rope_part(int64_t t, int64_t hq, int64_t hkv, int tid, int nt) {
+  if (t >= nt) return cell_part(t, hq + hkv, tid, nt);
+  auto cost = [&](int64_t u) { return std::min(u, hq) + kKvHeadCost * std::max<int64_t>(u - hq, 0); };
+  auto first = [&](int i) {  // the unit boundary nearest i / nt of the total cost
+    const int64_t want = i * cost(hq + hkv);
+    int64_t best = 0;
+    for (int64_t u = 1; u <= hq + hkv; ++u) {
+      if (std::abs(nt * cost(u) - want) < std::abs(nt * cost(best) - want)) best = u;
+    }
+    return best;
+  };
+  return {0, t, first(tid), first(tid + 1)};
+}
+
 // A norm's inputs besides x, rows [r0, r1) of the residual and the weight, into this core's caches: issued by the
 // thread that will norm those rows as it finishes the matmul before the norm, while it waits at the barrier for the
 // other threads' tiles (the weights streamed since the last norm evicted these lines). Few rows only.
@@ -146,7 +164,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, const at::Tensor& 
   auto [r0, r1] = thread_part(t, tid, nt);
   const CellPart norm_rows{r0, r1, 0, c.x.size(1) / 64};  // whole rows: a row's norm is one reduction
   // the other elementwise phases' cells: RoPE's heads, the matmul inputs' 64-blocks
-  const CellPart heads = cell_part(t, b.q.size(1) + k_cache.size(0), tid, nt);
+  const CellPart heads = rope_part(t, b.q.size(1), k_cache.size(0), tid, nt);
   const CellPart attn_blocks = cell_part(t, b.attn.size(1) / 64, tid, nt);
   const CellPart act_blocks = cell_part(t, b.act.size(1) / 64, tid, nt);
   auto tiles = [&](const Matrix& m, const Activations& xq, at::Tensor& y) { matrix_tiles(m, xq, y, tid, nt, c.isa); };
