@@ -82,9 +82,12 @@ constexpr int64_t kChunk = 16;  // query tokens an extend task: long prompts spl
 
 // Decode: one task per (request, KV head), head-major so that a head's shared prefix stays in cache.
 std::vector<AttentionTask> decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& idx,
-                                        const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member) {
-  const int64_t b_count = q.size(0), hq = q.size(1), hkv = k.size(0), ls = idx.size(1), d = q.size(2), g = hq / hkv;
+                                        const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member,
+                                        const at::Tensor& row_ids) {
+  const int64_t b_count = q.size(0), hq = q.size(1), hkv = k.size(0), stride = idx.stride(0), d = q.size(2);
+  const int64_t g = hq / hkv;
   const int64_t* id = idx.data_ptr<int64_t>();
+  const int64_t* rid = row_ids.defined() ? row_ids.data_ptr<int64_t>() : nullptr;
   const int64_t* cd = counts.data_ptr<int64_t>();
   const bool* md = member.defined() ? member.data_ptr<bool>() : nullptr;  // undefined: no shared prefix
   const int64_t* pd = md != nullptr ? prefix.data_ptr<int64_t>() : nullptr;
@@ -93,27 +96,31 @@ std::vector<AttentionTask> decode_tasks(const at::Tensor& q, const at::Tensor& k
   for (int64_t h = 0; h < hkv; ++h) {
     for (int64_t b = 0; b < b_count; ++b) {
       const int64_t pre = md != nullptr && md[b] ? prefix.size(0) : 0;
-      tasks.push_back({Rows{pd, pre, id + b * ls, pre + cd[b]}, QueryRows{1, g, hq * d}, (b * hq + h * g) * d, h});
+      const int64_t* own = id + (rid != nullptr ? rid[b] : b) * stride;
+      tasks.push_back({Rows{pd, pre, own, pre + cd[b]}, QueryRows{1, g, hq * d}, (b * hq + h * g) * d, h});
     }
   }
   return tasks;
 }
 
-// Extend: request r's ext[r] new tokens attend causally to its slots table[r, :seq[r]] (its cached prefix,
+// Extend: request r's ext[r] new tokens attend causally to its slots table[row r, :seq[r]] (its cached prefix,
 // then the new tokens, already stored); tasks of kChunk tokens x one KV head.
 std::vector<AttentionTask> extend_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& table,
-                                        const at::Tensor& seq_lens, const at::Tensor& ext_lens) {
+                                        const at::Tensor& seq_lens, const at::Tensor& ext_lens,
+                                        const at::Tensor& row_ids) {
   const int64_t hq = q.size(1), hkv = k.size(0), d = q.size(2), g = hq / hkv;
   const int64_t* seq = seq_lens.data_ptr<int64_t>();
   const int64_t* ext = ext_lens.data_ptr<int64_t>();
+  const int64_t* rid = row_ids.defined() ? row_ids.data_ptr<int64_t>() : nullptr;
   std::vector<AttentionTask> tasks;
   int64_t q0 = 0;
-  for (int64_t r = 0; r < table.size(0); ++r) {
+  for (int64_t r = 0; r < seq_lens.numel(); ++r) {
     TORCH_CHECK(ext[r] >= 1 && ext[r] <= seq[r] && seq[r] <= table.size(1), "request ", r, ": bad lengths");
+    const int64_t* slots = table.data_ptr<int64_t>() + (rid != nullptr ? rid[r] : r) * table.stride(0);
     for (int64_t c0 = 0; c0 < ext[r]; c0 += kChunk) {
       const int64_t c1 = std::min(ext[r], c0 + kChunk);
       for (int64_t h = 0; h < hkv; ++h) {
-        tasks.push_back({Rows{nullptr, 0, table.data_ptr<int64_t>() + r * table.stride(0), seq[r] - ext[r] + c1},
+        tasks.push_back({Rows{nullptr, 0, slots, seq[r] - ext[r] + c1},
                          QueryRows{c1 - c0, g, hq * d}, (q0 + c0) * hq * d + h * g * d, h});
       }
     }

@@ -15,8 +15,8 @@
 // layouts, or nothing. run(): x [T, H] the embeddings, overwritten by the last layer's output; positions [T] (rows
 // of the tables); loc [T] slots of the new tokens; it returns the logits (float32) of the rows the step wants
 // (logit_rows), or without a head the model's final norm of those rows, the LM head's input.
-// Attention: decode (ext_lens empty) over rows = idx [B, Ls] with lens = counts [B]; extend over rows = the
-// requests' slot rows [R, L], lens = seq_lens [R], ext_lens [R].
+// Attention: request r's slots are row req_rows[r] of table (the requests' slot table), its first seq_lens[r];
+// decode (ext_lens empty) one new token a request, extend ext_lens[r] new tokens, the last of its slots.
 #include "cpu_isa.h"
 #include "cpu_layer_weights.h"
 #include "cpu_ops.h"
@@ -235,19 +235,20 @@ class FusedLayers : public torch::CustomClassHolder {
 
   // x [T, H] the embeddings (overwritten); the first num_layers layers, then the final norm of rows logit_rows [R]
   // (increasing) -> their logits [R, N] float32, or without a head the final norm [R, H], the LM head's input.
-  at::Tensor run(at::Tensor x, at::Tensor positions, at::Tensor loc, at::Tensor rows, at::Tensor lens,
-                 at::Tensor ext_lens, int64_t num_layers, at::Tensor logit_rows, int64_t isa) {
+  at::Tensor run(at::Tensor x, at::Tensor positions, at::Tensor loc, at::Tensor table, at::Tensor req_rows,
+                 at::Tensor seq_lens, at::Tensor ext_lens, int64_t num_layers, at::Tensor logit_rows, int64_t isa) {
     check_isa(isa);
     TORCH_CHECK(num_layers >= 1 && num_layers <= static_cast<int64_t>(k_.size()), "num_layers must be 1-",
                 k_.size(), ", got ", num_layers);
     check_call(x, positions, loc, k_[0], cos_.size(0));
+    check_requests(table, req_rows, seq_lens, ext_lens, x.size(0));
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
     at::Tensor residual = at::zeros_like(x);
     check_logit_rows(logit_rows, x.size(0));
     LayerBuffers buffers = carve(workspace_, x, lw_[0], num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =
-        ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], rows, lens, at::Tensor(), at::Tensor())
-                              : extend_tasks(buffers.q, k_[0], rows, lens, ext_lens);
+        ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], table, seq_lens, at::Tensor(), at::Tensor(), req_rows)
+                              : extend_tasks(buffers.q, k_[0], table, seq_lens, ext_lens, req_rows);
     SharedAttention shared = plan_shared_attention(tasks, at::get_num_threads(), isa);
     const LayerCall call{x, residual, eps_, cos_, sin_, positions, loc, tasks, shared, isa};
     const int threads = at::get_num_threads();

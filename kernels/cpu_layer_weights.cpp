@@ -84,4 +84,22 @@ QuantWeightRef lm_head(const std::vector<at::Tensor>& t, int64_t h) {
   return w;
 }
 
+void check_requests(const at::Tensor& table, const at::Tensor& req_rows, const at::Tensor& seq_lens,
+                    const at::Tensor& ext_lens, int64_t t) {
+  TORCH_CHECK(table.dim() == 2 && table.scalar_type() == at::kLong && table.stride(1) == 1,
+              "table must be int64 [rows, L] with contiguous rows");
+  const int64_t r = req_rows.numel();
+  TORCH_CHECK(req_rows.dim() == 1 && req_rows.scalar_type() == at::kLong && req_rows.is_contiguous() &&
+              seq_lens.dim() == 1 && seq_lens.numel() == r && seq_lens.scalar_type() == at::kLong &&
+              seq_lens.is_contiguous(), "req_rows and seq_lens must be contiguous int64 [R]");
+  TORCH_CHECK(ext_lens.numel() == 0 ? r == t : ext_lens.numel() == r && ext_lens.scalar_type() == at::kLong &&
+              ext_lens.is_contiguous(), "ext_lens must be empty (decode: one token a request) or int64 [R]");
+  const int64_t *rows = req_rows.data_ptr<int64_t>(), *seq = seq_lens.data_ptr<int64_t>();
+  for (int64_t i = 0; i < r; ++i) {
+    TORCH_CHECK(rows[i] >= 0 && rows[i] < table.size(0) && seq[i] >= 1 && seq[i] <= table.size(1), "request ", i,
+                ": row ", rows[i], " or length ", seq[i], " outside the table's ", table.size(0), " x ",
+                table.size(1));
+  }
+}
+
 }  // namespace radixlm_cpu

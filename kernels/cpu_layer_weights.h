@@ -46,4 +46,9 @@ void check_pools(const at::Tensor& k_cache, const at::Tensor& v_cache, const at:
 void check_call(const at::Tensor& x, const at::Tensor& pos, const at::Tensor& loc, const at::Tensor& k_cache,
                 int64_t table_rows);
 
+// The requests of a call: table [rows, L] int64 with contiguous rows (the slot table), req_rows [R] rows of it,
+// seq_lens [R] in [1, L], ext_lens [R] or empty (decode: one token a request, R = t).
+void check_requests(const at::Tensor& table, const at::Tensor& req_rows, const at::Tensor& seq_lens,
+                    const at::Tensor& ext_lens, int64_t t);
+
 }  // namespace radixlm_cpu

@@ -87,10 +87,14 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member, int64_t isa);
 at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& table,
                             const at::Tensor& seq_lens, const at::Tensor& ext_lens, int64_t isa);
+// The attention tasks of a decode or an extend step; request r's slots are row row_ids[r] of idx / table, or row r
+// where row_ids is undefined (the caller has checked the rows and lengths against the table)
 std::vector<AttentionTask> decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& idx,
-                                        const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member);
+                                        const at::Tensor& counts, const at::Tensor& prefix, const at::Tensor& member,
+                                        const at::Tensor& row_ids = at::Tensor());
 std::vector<AttentionTask> extend_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& table,
-                                        const at::Tensor& seq_lens, const at::Tensor& ext_lens);
+                                        const at::Tensor& seq_lens, const at::Tensor& ext_lens,
+                                        const at::Tensor& row_ids = at::Tensor());
 void run_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
                    const at::Tensor& v, at::Tensor& out, int64_t i0, int64_t i1, Scratch& scratch, int64_t isa);
 // Which tasks nt threads run together (the last tasks.size() % nt; none on the AVX512-BF16 path, whose

@@ -146,18 +146,24 @@ def test_the_layers_object_refuses_what_does_not_fit():
         half = [q.data[:, : q.data.shape[1] // 2].contiguous(), q.scales[:, : q.scales.shape[1] // 2].contiguous()]
         make(weights, norm, head=[*half, torch.empty(0)])
     x = torch.zeros(1, HEAD64.hidden_size, dtype=pools.k_buffer[0].dtype)
-    pos, loc, rows, lens, ext = torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), \
-        torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), torch.empty(0, dtype=torch.long)
+    one, table = torch.ones(1, dtype=torch.long), e.runner.req_to_token.table
+    pos, loc, req, ext = one - 1, one - 1, one - 1, torch.empty(0, dtype=torch.long)
     logit = torch.zeros(1, dtype=torch.long)
+
+    def call(x=x, pos=pos, req=req, seq=one, layers=1, logit=logit):
+        return fused.layers.run(x.clone(), pos, loc, table, req, seq, ext, layers, logit, fused.isa)
     with pytest.raises(RuntimeError, match="num_layers must be"):
-        fused.layers.run(x, pos, loc, rows, lens, ext, HEAD64.num_layers + 1, logit, fused.isa)
+        call(layers=HEAD64.num_layers + 1)
     with pytest.raises(RuntimeError, match="x must be"):
-        fused.layers.run(x[:, :64].contiguous(), pos, loc, rows, lens, ext, 1, logit, fused.isa)
+        call(x=x[:, :64])
     with pytest.raises(RuntimeError, match="outside the rotary tables"):
-        fused.layers.run(x.clone(), torch.tensor([rotary.cos.shape[0]]), loc, rows, lens, ext, 1, logit, fused.isa)
+        call(pos=torch.tensor([rotary.cos.shape[0]]))
+    for bad_row, bad_len in ((table.shape[0], 1), (0, 0), (0, table.shape[1] + 1)):
+        with pytest.raises(RuntimeError, match="outside the table"):
+            call(req=torch.tensor([bad_row]), seq=torch.tensor([bad_len]))
     for bad in ([1], [0, 0]):  # past the batch's rows; a row twice
         with pytest.raises(RuntimeError, match="logit_rows must increase"):
-            fused.layers.run(x.clone(), pos, loc, rows, lens, ext, 1, torch.tensor(bad), fused.isa)
+            call(logit=torch.tensor(bad))
     assert len(run(e, [[1, 2, 3]])[0]["output_ids"]) == GREEDY["max_new_tokens"]
     e.check_invariants()
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 
 from radixlm.runtime.batch import ForwardBatch
-from radixlm.runtime.model.attention.cpu_decode import DecodeMeta
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.quantization import QuantWeight
 
@@ -71,6 +70,7 @@ class FusedLayers:
         weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 21 per layer
         head = _head_weights(model)
         self.head_fused = bool(head)
+        self.no_extend = torch.empty(0, dtype=torch.int64)  # a decode step's ext_lens
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
                                                             model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads,
                                                             model.rotary.cos, model.rotary.sin, head)
@@ -94,13 +94,16 @@ class FusedLayers:
                 *quant(lin["down"].quant)]
 
     @torch.inference_mode()
-    def run(self, batch: ForwardBatch) -> torch.Tensor:
-        """A batch the attention backend has prepared -> logits [len(batch.logit_rows), vocab] float32."""
+    def run(self, batch: ForwardBatch, table: torch.Tensor) -> torch.Tensor:
+        """A batch, and the requests' slot table (ReqToTokenPool.table: the call reads each request's row of it)
+        -> logits [len(batch.logit_rows), vocab] float32."""
         model = self.model
         x = model.embed_tokens(batch.input_ids)
-        rows, lens, ext = self._attention_args(batch)
+        seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
+        ext = self.no_extend if batch.mode == "decode" else torch.tensor(batch.extend_lens, dtype=torch.int64)
         n = len(model.layers) if batch.num_layers is None else batch.num_layers
-        out = self.layers.run(x, batch.positions, batch.out_cache_loc, rows, lens, ext, n, batch.logit_rows, self.isa)
+        out = self.layers.run(x, batch.positions, batch.out_cache_loc, table, batch.req_rows, seq, ext, n,
+                              batch.logit_rows, self.isa)
         if self.head_fused:  # out: the logits of the logit rows
             return out[:, : model.lm_head.vocab_size]
         return model.lm_head.logits(out)  # out: the final norm of the logit rows
@@ -114,10 +117,3 @@ class FusedLayers:
         microseconds summed over the calls since profile_phases(True); the LM head's (last) on thread 0 alone."""
         return self.layers.phase_profile()
 
-    @staticmethod
-    def _attention_args(batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(rows, lens, ext_lens) of cpu_decoder_layer: decode (ext_lens empty) or extend."""
-        meta = batch.attn_meta
-        if isinstance(meta, DecodeMeta):
-            return meta.idx.view(batch.batch_size, -1), meta.native[0], torch.empty(0, dtype=torch.int64)
-        return meta

@@ -104,9 +104,9 @@ class ModelRunner:
             if self.graphs is not None and self.graphs.can_run(batch):
                 return self.graphs.run(batch)
         batch.attn_backend = self.backend
+        if self.fused is not None:  # the call reads the requests' slots from the table itself
+            return self.fused.run(batch, self.req_to_token.table)
         self.backend.prepare(batch)
-        if self.fused is not None:
-            return self.fused.run(batch)
         if self.compiled is not None and self.compiled.can_run(batch):
             return self.compiled.run(batch)
         return self.model(batch)
