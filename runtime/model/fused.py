@@ -3,9 +3,9 @@
 Eager decode with torch's ops runs ~25 ops a layer, each with Python and dispatch around it, which cost
 more than the int4 matmuls themselves; a compiled graph removes that at the price of a compile at startup.
 The fused layers remove it without one: a decode step is the embedding and one call for the layers, the
-final norm and the LM head (the head in the call where it is on radixlm's quantized kernels, as the layers are). Every kernel in it gives a row the same bits whatever the batch, so the model's
-output for a request does not depend on the requests batched with it, nor on whether its prefix came from
-the cache.
+final norm and the LM head (the head in the call where it is on radixlm's quantized kernels, as the layers
+are). Every kernel in it gives a row the same bits whatever the batch, so the model's output for a request
+does not depend on the requests batched with it, nor on whether its prefix came from the cache.
 
 It takes models whose linear layers all run on radixlm's matmul kernels (int2 - int6 and int8, each matrix its
 own, a stacked qkv or gate_up with its last rows in another width as a tail; or the dense bfloat16 tiles) on one
