@@ -21,12 +21,13 @@ inline void prefetch_weight(const void* p, bool stream) {
   }
 }
 
-// A group's lines, ahead of its use, issued group by group as the loop reaches each (a sub-block's, for the sub-block
-// forms): issued a 64-block at a time, the same lines came in bursts that stalled on the core's few outstanding
-// misses, and a one-row matmul read its weights well below the machine's bandwidth on Zen 1
+// A run of weight lines ahead of their use. A one-row tile is bound by memory: its loop issues a 64-block's lines
+// group by group as it reaches each group, since issued a block at a time they came in bursts that stalled on the
+// core's few outstanding misses and the tile read its weights well below the bandwidth (Zen 1). A tile of more
+// rows is bound by arithmetic, and the block's lines at the top of the block cost it less
 // (benchmarks/results/2026-12-06-zen1-prefetch-notes.md).
-inline void prefetch_group(const uint8_t* group, int64_t bytes, bool stream) {
-  for (int64_t line = 0; line < bytes; line += 64) prefetch_weight(group + line, stream);
+inline void prefetch_lines(const uint8_t* p, int64_t bytes, bool stream) {
+  for (int64_t line = 0; line < bytes; line += 64) prefetch_weight(p + line, stream);
 }
 
 // x rows [r0, r1), blocks [b0, b1) of each, quantized per 64-block (a block's result depends on nothing
@@ -87,6 +88,8 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
   prefetch_weight(d + (tile + 1) * s_count * 16, xq.stream);  // the next tile's scales, read soon after this one
   if (mn != nullptr) prefetch_weight(mn + (tile + 1) * s_count * 16, xq.stream);
   for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* ahead = wt + (2 * b + kPrefetch) * kGroupBytes;  // the block kPrefetch groups on
+    if constexpr (MT > 1) prefetch_lines(ahead, 2 * kGroupBytes, xq.stream);
     // group g's scale and minimum, each loaded where it is used (fewer live registers at 8 rows)
     auto sub = [&](int64_t g) { return reinterpret_cast<const int8_t*>(wt + g * kGroupBytes + kCodeBytes); };
     auto scale = [&](int64_t g) {
@@ -99,7 +102,7 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
     };
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
-      prefetch_group(wt + (2 * b + h + kPrefetch) * kGroupBytes, kGroupBytes, xq.stream);
+      if constexpr (MT == 1) prefetch_lines(ahead + h * kGroupBytes, kGroupBytes, xq.stream);
       I16 ip[MT];
       if constexpr (Bits == 5) {
         dot_int5_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
@@ -139,9 +142,11 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& va
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   prefetch_weight(d + (tile + 1) * s_count * 16, xq.stream);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* ahead = wt + 2 * (b + kPrefetch8) * kGroupBytes;  // the block kPrefetch8 blocks on
+    if constexpr (MT > 1) prefetch_lines(ahead, 2 * kGroupBytes, xq.stream);
     F16 both[MT];
     for (int h = 0; h < 2; ++h) {
-      prefetch_group(wt + (2 * (b + kPrefetch8) + h) * kGroupBytes, kGroupBytes, xq.stream);
+      if constexpr (MT == 1) prefetch_lines(ahead + h * kGroupBytes, kGroupBytes, xq.stream);
       I16 ip[MT];
       if constexpr (Small) {
         dot_table<MT, 8>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, values, ip);
@@ -221,6 +226,8 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
   for (int i = 0; i < MT; ++i) acc[i] = fzero();
   prefetch_weight(d + (tile + 1) * (k / 256) * 16, xq.stream);  // the next tile's scales, read soon after this one
   for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* ahead = wt + (4 * b + 8) * kSub;  // the block two on
+    if constexpr (MT > 1) prefetch_lines(ahead, 4 * kSub, xq.stream);
     I16 sum[MT];
     F16 mins[MT];  // int2's sum of m_j s16_j (exact in float32: below 2^24)
     for (int i = 0; i < MT; ++i) sum[i] = izero();
@@ -228,7 +235,7 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
     if constexpr (kPairs) add_offset_pairs<MT, Bits>(wt + 4 * b * kSub, xq, m0, b, sum, mins);
     for (int j = 0; j < 4; ++j) {
       const uint8_t* sub = wt + (4 * b + j) * kSub;
-      prefetch_group(wt + (4 * b + j + 8) * kSub, kSub, xq.stream);
+      if constexpr (MT == 1) prefetch_lines(ahead + j * kSub, kSub, xq.stream);
       const int16_t* s16 = xq.s16 + (m0 * nb + b) * 4 + j;  // row i's at s16[i nb 4]
       I16 ip[MT];
       if constexpr (Bits == 6) dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
