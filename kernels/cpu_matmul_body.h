@@ -13,19 +13,11 @@ constexpr int kPrefetch8 = 4;  // int8 / IQ4 blocks of 64 ahead (1 KB / 512 byte
 // A weight's line, ahead of its use: non-temporally where the call reads each weight byte once (stream: few rows,
 // one pass over a tile), so that streaming the weights does not flush the KV pool and the caller's working set
 // from the outer caches; else as a line read again soon.
-inline void prefetch_weight(const void* p, bool stream) {
-  if (stream) {
-    prefetch_once(p);
-  } else {
-    prefetch(p);
-  }
-}
+inline void prefetch_weight(const void* p, bool stream) { stream ? prefetch_once(p) : prefetch(p); }
 
-// A run of weight lines ahead of their use. A one-row tile is bound by memory: its loop issues a 64-block's lines
-// group by group as it reaches each group, since issued a block at a time they came in bursts that stalled on the
-// core's few outstanding misses and the tile read its weights well below the bandwidth (Zen 1). A tile of more
-// rows is bound by arithmetic, and the block's lines at the top of the block cost it less
-// (benchmarks/results/2026-12-06-zen1-prefetch-notes.md).
+// Weight lines ahead of use. A one-row tile (memory-bound) issues a 64-block's group by group: a block's at once
+// stalled on the core's few outstanding misses (Zen 1). Tiles of more rows (arithmetic-bound) issue the block's at
+// its top, which costs them less (benchmarks/results/2026-12-06-zen1-prefetch-notes.md).
 inline void prefetch_lines(const uint8_t* p, int64_t bytes, bool stream) {
   for (int64_t line = 0; line < bytes; line += 64) prefetch_weight(p + line, stream);
 }
