@@ -175,7 +175,9 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, const at::Tensor& 
   clock.barrier(0);
   tiles(lw.qkv, b.xh, b.qkv);
   clock.barrier(1);
-  if (!heads.empty()) rope_store_range(b.qkv, lw.bias, c.cos, c.sin, c.pos, k_cache, v_cache, c.loc, heads, b.q, c.isa);
+  if (!heads.empty()) {
+    rope_store_range(b.qkv, lw.bias, c.cos, c.sin, c.pos, k_cache, v_cache, c.loc, heads, b.q, c.isa);
+  }
   clock.barrier(2);
   auto [a0, a1] = thread_part(c.shared.first, tid, nt);
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
