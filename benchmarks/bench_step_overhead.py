@@ -1,13 +1,16 @@
 """Where a decode step's time goes: the forward pass (decoder layers, LM head, the rest) against the
 scheduler's own CPU work around it (scheduling and KV slots, the batch tensors, sampling, stop checks).
 
-    python benchmarks/bench_step_overhead.py [--batch 1 8] [--steps 128] [--phases] [--out benchmarks/results/FILE.json]
+    python benchmarks/bench_step_overhead.py [--batch 1 8] [--steps 128] [--decode-steps 1] [--phases] [--out FILE.json]
 
 The Engine's defaults on the embedded SmolLM2, greedy, ``ignore_eos``; each batch size in a process of its
 own. The parts are timed by wrapping the functions the scheduler calls on this engine's objects (nothing in
 the package is changed); ``step`` is the whole ``Scheduler.step``, so ``step - forward`` is the scheduler's
 share, the CPU work that a forward pass on another core could hide. ``--phases``: the fused layers' own profile
 too, each thread's work and wait at the barrier per phase of a layer, summed over the layers (µs a step).
+``--decode-steps N``: the engine's greedy groups of N steps (1, the default here, is one token a step, as every
+sampled request decodes); the figures are then per token, and a group's call (its embedding lookups, layers,
+LM heads and argmaxes) counts as the forward and the layers.
 """
 
 from __future__ import annotations
@@ -42,16 +45,17 @@ def _wrap(owner, name: str, key: str, totals: dict) -> None:
     setattr(owner, name, timed)
 
 
-def measure(batch: int, steps: int, prompt_len: int, phases: bool = False) -> dict:
+def measure(batch: int, steps: int, prompt_len: int, phases: bool = False, decode_steps: int = 1) -> dict:
     import torch
 
     from radixlm.runtime import scheduler as scheduler_module
     from radixlm.runtime.engine import Engine
 
-    engine = Engine(progress=False)
+    engine = Engine(progress=False, decode_steps=decode_steps)
     sched, totals = engine.scheduler, defaultdict(float)
     _wrap(sched, "step", "step", totals)
     _wrap(sched, "forward", "forward", totals)  # the runner's forward, as the scheduler calls it
+    _wrap(sched, "greedy_steps", "forward", totals)  # a group of greedy steps in one call
     _wrap(sched, "_schedule_decode", "schedule", totals)
     _wrap(scheduler_module, "make_decode_batch", "batch", totals)
     _wrap(scheduler_module, "sample", "sample", totals)
@@ -60,13 +64,15 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False) -> di
     fused = engine.runner.fused
     if fused is not None:  # a ScriptObject's method cannot be replaced: time it through a proxy
         layers = fused.layers
-        proxy = argparse.Namespace(run=layers.run, set_profiling=layers.set_profiling, phase_profile=layers.phase_profile)
+        proxy = argparse.Namespace(run=layers.run, greedy_steps=layers.greedy_steps, set_profiling=layers.set_profiling,
+                                   phase_profile=layers.phase_profile)
         _wrap(proxy, "run", "layers", totals)
+        _wrap(proxy, "greedy_steps", "layers", totals)
         fused.layers = proxy
     # the LM head inside the fused call is timed by the call's own profile (its last phase)
     profiling = fused is not None and (phases or fused.head_fused)
     prompts = [text_of_tokens(engine.tokenizer, prompt_len, seed=i) for i in range(batch)]
-    params = {"temperature": 0, "max_new_tokens": steps + 16, "ignore_eos": True}
+    params = {"temperature": 0, "max_new_tokens": steps + 8 * decode_steps + 16, "ignore_eos": True}
     engine.submit(engine.build(input_ids=prompts, sampling_params=params))
     while sched.chunked or sched.waiting or len(sched.running) < batch:  # prefill, not measured
         sched.step()
@@ -75,9 +81,10 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False) -> di
     totals.clear()
     if profiling:
         fused.profile_phases(True)
-    start = time.perf_counter()
-    for _ in range(steps):
-        sched.step()
+    start, tokens = time.perf_counter(), 0
+    while tokens < steps * batch and sched.running:  # steps: tokens a request
+        tokens += sum(len(out.new_tokens) for out in sched.step())
+    steps = tokens // batch
     wall = time.perf_counter() - start
     profile = fused.phase_profile() / steps if profiling else None
     ms = {k: totals[k] / steps * 1e3 for k in PARTS}
@@ -87,7 +94,7 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False) -> di
     ms["other_forward"] = ms["forward"] - ms["layers"] - ms["lm_head"]
     ms["scheduler"] = ms["step"] - ms["forward"]
     return {"batch": batch, "steps": steps, "tok_s": batch * steps / wall, "ms_per_step": ms,
-            "scheduler_share": ms["scheduler"] / ms["step"], "threads": torch.get_num_threads(),
+            "scheduler_share": ms["scheduler"] / ms["step"], "decode_steps": decode_steps, "threads": torch.get_num_threads(),
             "kernels": fused is not None, "phases": phase_table(profile) if phases else None}
 
 
@@ -116,6 +123,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--decode-steps", type=int, default=1, help="greedy steps back to back (the engine's default is 4)")
     ap.add_argument("--phases", action="store_true", help="the fused layers' time per phase and thread too")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -123,9 +131,11 @@ def main() -> None:
     ctx = multiprocessing.get_context("spawn")
     for b in args.batch:  # a fresh process each: no state carried between batch sizes
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
-            results.append(pool.submit(measure, b, args.steps, args.prompt_len, args.phases).result())
+            results.append(pool.submit(measure, b, args.steps, args.prompt_len, args.phases,
+                                       args.decode_steps).result())
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Engine defaults, "
-          f"{args.steps} decode steps after a {args.prompt_len}-token prompt")
+          f"{args.steps} decode steps after a {args.prompt_len}-token prompt, decode_steps {args.decode_steps} "
+          "(ms a token)")
     print("| batch | tok/s | step ms | forward ms (layers / LM head / rest) | scheduler ms (schedule / batch / "
           "sample / append / rest) | scheduler share |")
     print("|---|---|---|---|---|---|")

@@ -50,7 +50,7 @@ def measure(model: str | None, batch: int, reps: int) -> dict:
     from radixlm.runtime.model.weight_arena import move_to_arena, read_order
 
     runner_module.move_to_arena = lambda m: None  # load as before the block: the weights where the loader left them
-    engine = Engine(model, progress=False)
+    engine = Engine(model, progress=False, decode_steps=1)  # one forward a step, to capture
     r = engine.runner
     mods = read_order(engine.model)
     loaded = [m.quant for m in mods]

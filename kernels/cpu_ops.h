@@ -76,6 +76,9 @@ at::Tensor int8_rows(const at::Tensor& w, const at::Tensor& d, const at::Tensor&
 // The logits of x [M, K] (float32 or bfloat16) against a checked weight: x W^T computed and rounded in x's dtype
 // as the matmul ops give it, returned widened to float32 [M, N] (one op, where the matmul then .float() took two).
 at::Tensor linear_logits(const at::Tensor& x, const QuantWeightRef& w, int64_t isa);
+// Each row's first index of its maximum among the first `cols` logits of float32 [R, N] -> int64 [R]; a NaN counts as
+// the maximum, as torch's argmax has it (greedy decoding inside the fused layers' call).
+at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),
 // then weight tiles [t0, t1) of y = x W^T from them, into y's columns from col0 (a multiple of 16: W may be
 // the last rows of a stacked weight whose parts differ in width)

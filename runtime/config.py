@@ -108,6 +108,8 @@ class SchedulerConfig:
     chunked_prefill_size: int = _opt(1024, "largest prefill chunk of one request, in tokens")
     max_prefill_tokens: int = _opt(4096, "largest prefill batch, in tokens")
     max_running_requests: int = _opt(64, "most requests decoding at once")
+    decode_steps: int = _opt(4, "greedy requests decode up to this many tokens back to back while nothing else "
+                             "waits: the scheduler's work is paid once for them, and they stream in groups")
     enable_mixed_chunk: bool = _opt(False, "running requests decode their next token inside a prefill batch "
                                     "instead of waiting for it (slower on the CPU)")
     max_queued_requests: int | None = _opt(None, "reject new requests beyond this many waiting")
@@ -120,7 +122,7 @@ class SchedulerConfig:
     watchdog_timeout_s: float = _opt(300.0, "a forward step slower than this is reported and its requests fail")
 
     def __post_init__(self) -> None:
-        _check_positive(self, "chunked_prefill_size", "max_prefill_tokens", "max_running_requests")
+        _check_positive(self, "chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "decode_steps")
         _check_choices(self)
 
 

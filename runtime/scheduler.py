@@ -17,6 +17,7 @@ import torch
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.decode.grammar import jump_forward, poll_compiles
+from radixlm.runtime.decode.greedy_steps import GreedySteps, run_steps, steps_for, take_tokens
 from radixlm.runtime.decode.logprobs import logit_positions, record_output_logprob, record_prompt_logprobs
 from radixlm.runtime.decode.sampler import sample
 from radixlm.runtime.decode.speculative import SpecDecoder
@@ -39,10 +40,11 @@ class Scheduler:
     def __init__(self, config: EngineConfig, forward: Callable[[ForwardBatch], torch.Tensor],
                  cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str],
                  encode: Callable[[str], list[int]] | None = None, grammars: Callable | None = None,
-                 cpu_isa: int | None = None) -> None:
+                 cpu_isa: int | None = None, greedy_steps: GreedySteps | None = None) -> None:
         self.cfg, self.decoding = config.scheduler, config.decoding
         self.cpu_isa = cpu_isa  # the path of radixlm's C++ CPU kernels, None without them (sampler.apply_grammars)
         self.forward = forward
+        self.greedy_steps = greedy_steps  # back-to-back greedy steps in one call, where the runner has it
         self.cache = cache
         self.max_context = max_context
         self.decode = decode
@@ -57,7 +59,7 @@ class Scheduler:
         self.init_ratio = min(1.0, 0.7 * config.scheduler.schedule_conservativeness)
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "mixed_decode_steps": 0,
-                      "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
+                      "grouped_decode_steps": 0, "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
         self.spec = SpecDecoder(config.speculative, forward, cache, decode, max_context, cpu_isa) \
             if config.speculative.speculative_algorithm else None
 
@@ -106,9 +108,9 @@ class Scheduler:
         if entries:
             outputs += self._run_prefill(entries, self._mixed_riders())
         else:
-            reqs, locs, plan = self._schedule_decode()
+            reqs, locs, plan, steps = self._schedule_decode()
             if reqs:
-                outputs += self._run_decode(reqs, locs, plan)
+                outputs += self._run_decode(reqs, locs, plan, steps)
         if self.cfg.check_invariants:
             self.check_invariants()
         return outputs
@@ -257,22 +259,25 @@ class Scheduler:
                 self.failures[r.rid] = f"watchdog: a forward step took {took:.2f} s (limit {self.cfg.watchdog_timeout_s} s)"
 
     # ------------------------------------------------------------ decode
-    def _schedule_decode(self) -> tuple[list[Req], list[torch.Tensor], list | None]:
-        """-> running requests, their new KV slots, and the speculative plan (None: a plain decode step).
-        Short of KV, speculation goes first, then requests are retracted."""
+    def _schedule_decode(self) -> tuple[list[Req], list[torch.Tensor], list | None, int]:
+        """-> running requests, their new KV slots, the speculative plan (None: plain decode steps) and how many
+        greedy steps run back to back. Short of KV, speculation and back-to-back steps go first, then requests
+        are retracted."""
         plan = self.spec.plan(self.running) if self.spec else None
         if plan is not None and not any(SpecDecoder.sizes(plan)):
             plan = None
+        steps = 1 if plan is not None or self.waiting or self.grammar_queue or self.failures \
+            else steps_for(self.running, self.cfg.decode_steps, self.max_context)
         while self.running:
-            sizes = [1 + s for s in SpecDecoder.sizes(plan)] if plan else [1] * len(self.running)
+            sizes = [1 + s for s in SpecDecoder.sizes(plan)] if plan else [steps] * len(self.running)
             locs = self._extend_all(self.running, sizes)
             if locs is not None:
-                return list(self.running), locs, plan
-            if plan is not None:
-                plan = None
+                return list(self.running), locs, plan, steps
+            if plan is not None or steps > 1:
+                plan, steps = None, 1
                 continue
             self._retract_one()
-        return [], [], None
+        return [], [], None, 1
 
     def _extend_all(self, reqs: list[Req], sizes: list[int]) -> list[torch.Tensor] | None:
         """KV slots for ``sizes[i]`` more tokens of each request (evicting cached prefixes if needed), or None
@@ -316,14 +321,21 @@ class Scheduler:
         req.num_retractions += 1
         self.waiting.append(req)
 
-    def _run_decode(self, reqs: list[Req], locs: list[torch.Tensor], plan: list | None) -> list[StepOutput]:
-        self.stats["decode_steps"] += 1
-        self.new_token_ratio = max(self.init_ratio * 0.14, self.new_token_ratio - self.init_ratio / 600)
+    def _run_decode(self, reqs: list[Req], locs: list[torch.Tensor], plan: list | None,
+                    steps: int) -> list[StepOutput]:
+        self.stats["decode_steps"] += steps
+        self.new_token_ratio = max(self.init_ratio * 0.14, self.new_token_ratio - steps * self.init_ratio / 600)
         if plan is not None:
             start = time.monotonic()
             starts = self.spec.run(reqs, locs, plan)
             self._watch(start, "verify", reqs)
             return self._finish_step(reqs, starts)
+        if steps > 1:
+            self.stats["grouped_decode_steps"] += steps
+            start = time.monotonic()
+            tokens = run_steps(self.forward, reqs, locs, steps, self.greedy_steps)
+            self._watch(start, "decode", reqs)
+            return self._finish_step(reqs, take_tokens(reqs, tokens, self.cache, self.decode, self.max_context))
         logits = self._forward(make_decode_batch(reqs, locs), reqs)
         return self._decode_tail(reqs, logits)
 

@@ -60,6 +60,18 @@ def _head_weights(model: LlamaForCausalLM) -> list[torch.Tensor]:
     return [q.data, q.scales, q.mins if q.mins is not None else torch.empty(0)]
 
 
+def _embed_tables(model: LlamaForCausalLM) -> list[torch.Tensor]:
+    """The embedding table as the call's greedy steps look rows up in it: the dense [V, H] weight, or an int8
+    table's (q, d); else none (its rows are looked up from Python, step by step)."""
+    embed = model.embed_tokens
+    if embed.weight is not None:
+        return [embed.weight]
+    q = embed.quant
+    if q is not None and q.kind == "int8" and q.backend == "native" and q.tail is None:
+        return [q.data, q.scales]
+    return []
+
+
 class FusedLayers:
     def __init__(self, model: LlamaForCausalLM, k_buffer: list[torch.Tensor], v_buffer: list[torch.Tensor],
                  isa: int) -> None:
@@ -70,6 +82,7 @@ class FusedLayers:
         weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 21 per layer
         head = _head_weights(model)
         self.head_fused = bool(head)
+        self.embed = _embed_tables(model) if head else []  # the greedy steps need both
         self.no_extend = torch.empty(0, dtype=torch.int64)  # a decode step's ext_lens
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
                                                             model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads,
@@ -107,6 +120,17 @@ class FusedLayers:
         if self.head_fused:  # out: the logits of the logit rows
             return out[:, : model.lm_head.vocab_size]
         return model.lm_head.logits(out)  # out: the final norm of the logit rows
+
+    @torch.inference_mode()
+    def greedy_steps(self, batch: ForwardBatch, table: torch.Tensor, locs: torch.Tensor) -> list[list[int]] | None:
+        """A decode batch of each request's last token, and locs [B, K] its next K slots -> each request's K
+        greedy tokens, the forward passes and argmaxes of K single steps in one call; None where the call cannot
+        (no LM head or embedding table inside it)."""
+        if not self.embed or batch.num_layers is not None:
+            return None
+        seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
+        return self.layers.greedy_steps(batch.input_ids, batch.positions, locs, table, batch.req_rows, seq, self.embed,
+                                        self.model.lm_head.vocab_size, self.isa).tolist()
 
     def profile_phases(self, on: bool) -> None:
         """Start (from zero) or stop summing where run()'s time goes, per thread and phase."""

@@ -110,3 +110,10 @@ class ModelRunner:
         if self.compiled is not None and self.compiled.can_run(batch):
             return self.compiled.run(batch)
         return self.model(batch)
+
+    def greedy_steps(self, batch: ForwardBatch, locs: list[torch.Tensor]) -> list[list[int]] | None:
+        """A decode batch and each request's next K slots -> each request's K greedy tokens from one call of the
+        fused layers; None where they cannot (the caller then runs the steps one forward at a time)."""
+        if self.fused is None or self.plan_sink is not None:
+            return None
+        return self.fused.greedy_steps(batch, self.req_to_token.table, torch.stack(locs))

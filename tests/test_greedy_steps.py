@@ -1,0 +1,132 @@
+"""Greedy decode steps run back to back (decode_steps): the very tokens, texts and finish reasons of one step at a
+time, stops inside a group of steps, KV given back exactly, and the requests that must go one step at a time."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from radixlm.kernels import cpu_ext
+from radixlm.runtime.decode.greedy_steps import steps_for
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.messages import LogprobOptions, SamplingParams
+from radixlm.runtime.model.loader import random_model
+from radixlm.runtime.request import Req
+
+from .conftest import TINY
+
+needs_kernels = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+THREE_KV = dataclasses.replace(TINY, num_heads=6, num_kv_heads=3, head_dim=64, hidden_size=192)
+
+PROMPTS = ["The capital of France is", "List three colors:", "def add(a, b):\n", "Once upon a time"]
+
+
+def req(output: int = 0, logprobs: bool = False, **params) -> Req:
+    r = Req("r", [5, 6, 7], SamplingParams(**{"temperature": 0, "max_new_tokens": 10, **params}),
+            LogprobOptions(return_logprob=logprobs), (2,))
+    r.output_ids += [9] * output
+    return r
+
+
+def test_which_requests_go_back_to_back():
+    assert steps_for([req()], 4, 100) == 4
+    assert steps_for([req(), req(max_new_tokens=3)], 4, 100) == 3  # the fewest tokens any may still take
+    assert steps_for([req(output=8)], 4, 100) == 2
+    assert steps_for([req()], 4, 5) == 2  # the context: 3 prompt tokens, room for 2
+    assert steps_for([req()], 1, 100) == 1 and steps_for([], 4, 100) == 1
+    assert steps_for([req(top_k=1, temperature=0.8)], 4, 100) == 4  # top_k 1 is greedy too
+    for other in (req(temperature=0.7), req(logprobs=True), req(repetition_penalty=1.1), req(presence_penalty=0.5),
+                  req(logit_bias={3: 1.0}), req(min_new_tokens=2)):
+        assert steps_for([req(), other], 4, 100) == 1
+    assert steps_for([req(output=2, min_new_tokens=2)], 4, 100) == 4  # past min_new_tokens, EOS is not blocked
+
+
+def test_decode_steps_must_be_positive(tiny_model):
+    with pytest.raises(ValueError, match="decode_steps"):
+        Engine.from_model(tiny_model, decode_steps=0)
+
+
+@pytest.fixture(scope="module")
+def one_step(smol_model_fp32, smol_tokenizer):
+    return Engine.from_model(smol_model_fp32, smol_tokenizer, decode_steps=1, check_invariants=True)
+
+
+def params_for(one_step: Engine) -> list[dict]:
+    """Greedy requests that end at every offset inside a group of 4 steps: by length, by a stop string, by a stop
+    token (each taken from the one-step output, so that it matches mid-way), after min_new_tokens; and one sampled
+    request, which makes its batch go one step at a time while it runs."""
+    base = {"temperature": 0, "max_new_tokens": 23}
+    first = one_step.generate(PROMPTS, base)
+    stop_text = first[1]["text"][10:14]
+    return [{**base, "max_new_tokens": 13},
+            {**base, "stop": [stop_text]},
+            {**base, "stop_token_ids": [first[2]["output_ids"][6]]},
+            {**base, "min_new_tokens": 3, "max_new_tokens": 18},
+            {"temperature": 0.8, "seed": 7, "max_new_tokens": 6}]
+
+
+@pytest.mark.parametrize("extra", [{}, {"max_total_tokens": 256, "page_size": 16}])
+def test_back_to_back_steps_give_the_one_step_outputs(one_step, smol_model_fp32, smol_tokenizer, extra):
+    params = params_for(one_step)
+    prompts = PROMPTS + PROMPTS[:1]
+    expected = one_step.generate(prompts, params)
+    grouped = Engine.from_model(smol_model_fp32, smol_tokenizer, decode_steps=4, check_invariants=True, **extra)
+    for _ in range(2):  # the second time over the prefixes the first left in the radix cache
+        got = grouped.generate(prompts, params)
+        for e, g in zip(expected, got, strict=True):
+            assert g["output_ids"] == e["output_ids"] and g["text"] == e["text"]
+            assert g["meta_info"]["finish_reason"] == e["meta_info"]["finish_reason"]
+        alone = grouped.generate(PROMPTS[0], params[0])  # one request, all its steps in groups
+        assert alone["output_ids"] == expected[0]["output_ids"]
+    assert grouped.scheduler.stats["grouped_decode_steps"] > 0
+    assert grouped.cache.check([]) is None
+    grouped.cache.tree.check_integrity()
+    assert grouped.cache.tree.protected_size == 0
+
+
+@needs_kernels
+def test_argmax_rows_is_torchs_argmax():
+    logits = torch.randn(6, 1000)
+    logits[1, 40] = logits[1, 700] = float("nan")  # the first NaN
+    logits[2] = 0.0
+    logits[2, 333] = logits[2, 900] = float("inf")  # the first of equal maxima
+    logits[3, 999] = 50.0  # the last column
+    logits[4] = float("-inf")
+    logits[5, 8] = 50.0  # in the first run of 8
+    assert torch.equal(torch.ops.radixlm_cpu.argmax_rows(logits, 1000), logits.argmax(-1))
+    assert torch.equal(torch.ops.radixlm_cpu.argmax_rows(logits, 997), logits[:, :997].argmax(-1))  # a tail
+    with pytest.raises(RuntimeError, match="cols"):
+        torch.ops.radixlm_cpu.argmax_rows(logits, 1001)
+
+
+@needs_kernels
+@pytest.mark.parametrize(("quantization", "dtype", "in_call"), [("int4", torch.float32, True),
+                                                                ("int8", torch.float32, True),
+                                                                ("none", torch.bfloat16, False)])
+def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_call):
+    """The fused layers run a group of greedy steps in one C++ call (the embedding, the layers, the LM head and the
+    argmax, step after step): the same tokens as one step at a time, every request ending where it should. A dense
+    model's head is outside the call, so its groups run a forward at a time from Python."""
+    model = random_model(THREE_KV, dtype=dtype, seed=0)
+
+    def build(steps: int) -> Engine:
+        return Engine.from_model(model, None, quantization=quantization, max_total_tokens=4096, check_invariants=True,
+                                 decode_steps=steps)
+
+    one, grouped = build(1), build(4)
+    calls = []
+    in_one_call = grouped.scheduler.greedy_steps
+    grouped.scheduler.greedy_steps = lambda batch, locs: calls.append(in_one_call(batch, locs)) or calls[-1]
+    prompts = [[(7 * j + 3) % 250 for j in range(n)] for n in (5, 40, 17)]
+    params = [{"temperature": 0, "max_new_tokens": n, "ignore_eos": True} for n in (9, 14, 4)]
+    expected = one.generate(input_ids=prompts, sampling_params=params)
+    stop = expected[1]["output_ids"][6]  # ends request 1 inside its second group
+    params[1] = {**params[1], "stop_token_ids": [stop]}
+    expected = one.generate(input_ids=prompts, sampling_params=params)
+    got = grouped.generate(input_ids=prompts, sampling_params=params)
+    assert [g["output_ids"] for g in got] == [e["output_ids"] for e in expected]
+    assert calls and all((c is not None) == in_call for c in calls)
+    grouped.check_invariants()
+    assert grouped.cache.tree.protected_size == 0
