@@ -47,9 +47,9 @@ def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], 
     ``steps`` new KV slots -> tokens[i], its ``steps`` argmax tokens in order. ``in_one_call`` (the runner's
     greedy_steps) runs them all in one call where it can."""
     if in_one_call is not None:
-        tokens = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs)
-        if tokens is not None:
-            return tokens
+        grouped = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs)
+        if grouped is not None:
+            return grouped
     ids = [r.output_ids[-1] for r in reqs]
     tokens: list[list[int]] = [[] for _ in reqs]
     for j in range(steps):
