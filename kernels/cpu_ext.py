@@ -1,6 +1,7 @@
 """Builds and loads radixlm's C++ CPU kernels (cpu_matmul, cpu_decode_attention, cpu_token_bitmask,
-cpu_norm_act; their bodies in cpu_*_body.h, the vector layers in cpu_vec_*.h) as the ``torch.ops.radixlm_cpu``
-ops, so torch.compile calls them as opaque kernels.
+cpu_norm_act, cpu_sample, and the fused decoder layers built from them; their bodies in cpu_*_body.h, the
+vector layers in cpu_vec_*.h) as the ``torch.ops.radixlm_cpu`` ops, so torch.compile calls them as opaque
+kernels.
 
 One build serves every CPU: each kernel body is compiled once per instruction set (``PATHS``: portable C++,
 AVX2 + FMA + F16C, AVX2 with VNNI dot products in the matmuls, AVX512 with VNNI, and AVX512-BF16 for bfloat16
@@ -42,7 +43,7 @@ MACHINE_PATHS = {"x86_64": _X86_PATHS, "AMD64": _X86_PATHS, "aarch64": ("portabl
 CAPABILITY_ENV = "RADIXLM_CPU_CAPABILITY"  # the fastest path supported() reports, if set
 # the slowest to compile first (see _jobs_per_core)
 SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
-           "cpu_decoder_layer.cpp", "cpu_layer_weights.cpp")
+           "cpu_decoder_layer.cpp", "cpu_layer_weights.cpp", "cpu_sample.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 log = logging.getLogger(__name__)

@@ -241,59 +241,6 @@ at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa) {
   return linear(x, QuantWeightRef{16, w, at::Tensor(), at::Tensor()}, isa);
 }
 
-namespace {
-
-// The first c in [c0, cols) with v[c] == x (for x NaN: v[c] NaN), found 64 columns at a time.
-int64_t first_equal(const float* v, int64_t c0, int64_t cols, float x) {
-  const bool nan = x != x;
-  for (; c0 + 64 <= cols; c0 += 64) {
-    int found = 0;
-    if (nan) {
-#pragma omp simd reduction(| : found)
-      for (int64_t j = 0; j < 64; ++j) found |= v[c0 + j] != v[c0 + j];
-    } else {
-#pragma omp simd reduction(| : found)
-      for (int64_t j = 0; j < 64; ++j) found |= v[c0 + j] == x;
-    }
-    if (found) break;
-  }
-  while (nan ? v[c0] == v[c0] : v[c0] != x) ++c0;
-  return c0;
-}
-
-// The first index of a row's maximum among v[0, cols), a NaN counting as the maximum: the maximum and whether a NaN
-// is present in one vectorized pass, then the first column equal to it.
-int64_t argmax_row(const float* v, int64_t cols) {
-  float top = -INFINITY;
-  int any_nan = 0;
-#pragma omp simd reduction(max : top) reduction(| : any_nan)
-  for (int64_t c = 0; c < cols; ++c) {
-    top = v[c] > top ? v[c] : top;
-    any_nan |= v[c] != v[c];
-  }
-  return first_equal(v, 0, cols, any_nan ? NAN : top);
-}
-
-}  // namespace
-
-at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
-              "logits must be float32 [R, N] with contiguous rows");
-  TORCH_CHECK(cols >= 1 && cols <= logits.size(1), "cols must be 1-", logits.size(1), ", got ", cols);
-  at::Tensor out = at::empty({logits.size(0)}, at::kLong);
-  auto rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      out.data_ptr<int64_t>()[r] = argmax_row(logits.data_ptr<float>() + r * logits.stride(0), cols);
-    }
-  };
-  if (logits.size(0) == 1) {
-    rows(0, 1);
-  } else {
-    at::parallel_for(0, logits.size(0), 1, rows);
-  }
-  return out;
-}
-
 // Rows ids [T] of an int8 weight in its matmul layout -> [T, K] in dtype (an embedding lookup of a table kept as
 // GGUF's Q8_0): each value q d computed in float32 and rounded once, as cpu_matmul.dequantize_int8 gives it. Row r
 // is lane r % 16 of tile r / 16: its 4 values of each k-quad at bytes 4 (r % 16) .. + 3, its d per group of 32.
@@ -333,7 +280,6 @@ TORCH_LIBRARY(radixlm_cpu, m) {
   m.def("int8_linear(Tensor x, Tensor w, Tensor d, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int isa) -> Tensor");
   m.def("int8_rows(Tensor w, Tensor d, Tensor ids, ScalarType dtype) -> Tensor");
-  m.def("argmax_rows(Tensor logits, int cols) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
@@ -345,5 +291,4 @@ TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
   m.impl("int8_linear", &radixlm_cpu::int8_linear);
   m.impl("dense_linear", &radixlm_cpu::dense_linear);
   m.impl("int8_rows", &radixlm_cpu::int8_rows);
-  m.impl("argmax_rows", &radixlm_cpu::argmax_rows);
 }

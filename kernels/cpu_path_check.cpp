@@ -1,5 +1,5 @@
 // A standalone check (no torch) that a kernel path gives the portable path's results bit for bit: the kernel
-// bodies (matmuls, attention, RMSNorm, silu * up, RoPE + KV store) are compiled twice, against the portable
+// bodies (matmuls, attention, RMSNorm, silu * up, RoPE + KV store, the sampler's exponentials) are compiled twice, against the portable
 // vector layer and against the one named by RADIXLM_CHECK_PATH, run on the same random inputs, and every
 // output is compared byte for byte. The portable path is itself checked against torch by the test suite on
 // x86, so equality carries that check over to a path no machine here can load into torch: NEON, built with
@@ -48,6 +48,7 @@ namespace radixlm_portable {
 #include "cpu_attention_body.h"
 #include "cpu_norm_act_body.h"
 #include "cpu_rope_body.h"
+#include "cpu_sample_body.h"
 }  // namespace radixlm_portable
 
 #if defined(__aarch64__)
@@ -59,6 +60,7 @@ namespace radixlm_path {
 #include "cpu_attention_body.h"
 #include "cpu_norm_act_body.h"
 #include "cpu_rope_body.h"
+#include "cpu_sample_body.h"
 }  // namespace radixlm_path
 #pragma GCC pop_options
 #else
@@ -230,6 +232,24 @@ void check_norm_act_rope(const char* dtype) {
   for (int i = 0; i < 6; ++i) expect_same((std::string(names[i]) + " " + dtype).c_str(), p[i], o[i]);
 }
 
+// the sampler's exponentials and their block sums and maxima, over a row with a tail and -inf logits (a grammar's)
+void check_sample_exponentials() {
+  for (const int64_t n : {int64_t{49152}, int64_t{1000}, int64_t{37}}) {
+    std::vector<float> row = random_rows<float>(n, 12.f);
+    for (int64_t j = 0; j < n; j += 7) row[j] = -INFINITY;
+    float top = -INFINITY;
+    for (const float v : row) top = v > top ? v : top;
+    const int64_t blocks = (n + 255) / 256;
+    std::vector<float> p[3] = {std::vector<float>(n), std::vector<float>(blocks), std::vector<float>(blocks)};
+    std::vector<float> o[3] = {p[0], p[1], p[2]};
+    const float scale = 1.f / 0.7f;
+    radixlm_portable::exp_blocks(row.data(), scale, top * scale, 0, n, n, p[0].data(), p[1].data(), p[2].data());
+    radixlm_path::exp_blocks(row.data(), scale, top * scale, 0, n, n, o[0].data(), o[1].data(), o[2].data());
+    const char* names[3] = {"sampler exponentials", "sampler block sums", "sampler block maxima"};
+    for (int i = 0; i < 3; ++i) expect_same((std::string(names[i]) + " " + std::to_string(n)).c_str(), p[i], o[i]);
+  }
+}
+
 // the int16 pair ops the matmuls' pair form uses (widen_pairs, idot_pairs), at their extremes and at random, though
 // the path may not choose that form itself (kPairDot)
 void check_pair_ops() {
@@ -268,6 +288,7 @@ int main() {
   }
   check_norm_act_rope<float>("float32");
   check_norm_act_rope<at::BFloat16>("bfloat16");
+  check_sample_exponentials();
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

@@ -48,7 +48,7 @@ def test_neon_path_equals_the_portable_path_bit_for_bit(harness, cpu):
 
 
 SOURCES = ["cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_norm_act.cpp", "cpu_token_bitmask.cpp",
-           "cpu_decoder_layer.cpp"]
+           "cpu_decoder_layer.cpp", "cpu_sample.cpp"]
 
 
 HARNESS = "cpu_path_check.cpp"

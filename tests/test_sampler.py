@@ -6,7 +6,10 @@ from types import SimpleNamespace
 
 import torch
 
-from radixlm.runtime.decode.sampler import draw, draw_tokens, filter_probs
+from radixlm.kernels import cpu_ext
+from radixlm.kernels.sampling import draw as draw_with
+from radixlm.kernels.sampling import filter_probs
+from radixlm.runtime.decode.sampler import draw_tokens
 from radixlm.runtime.messages import SamplingParams
 
 PROBS = torch.tensor([0.4, 0.0, 0.25, 0.2, 0.0, 0.1, 0.05, 0.0])
@@ -15,6 +18,11 @@ PROBS = torch.tensor([0.4, 0.0, 0.25, 0.2, 0.0, 0.1, 0.05, 0.0])
 def seeded(seed: int) -> SimpleNamespace:
     """What draw reads of a request: its own generator."""
     return SimpleNamespace(generator=torch.Generator().manual_seed(seed))
+
+
+def draw(weights: torch.Tensor, reqs: list) -> torch.Tensor:
+    """kernels.sampling.draw with each request's next uniform, as the sampler takes it."""
+    return draw_with(weights, torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in reqs]))
 
 
 def test_draws_follow_the_distribution_and_skip_zeros():
@@ -95,8 +103,10 @@ def test_filtered_and_plain_rows_draw_the_same_tokens_alone_and_together():
     def reqs(rows):
         return [SimpleNamespace(params=params[i], generator=torch.Generator().manual_seed(10 + i)) for i in rows]
 
+    paths = [None] + ([0] if cpu_ext.available() else [])  # torch's ops, the C++ kernel
     for _ in range(20):
-        together = draw_tokens(logits.clone(), reqs(range(3))).tolist()
-        alone = [draw_tokens(logits[i:i + 1].clone(), reqs([i])).item() for i in range(3)]
-        assert together == alone
+        for isa in paths:
+            together = draw_tokens(logits.clone(), reqs(range(3)), isa).tolist()
+            alone = [draw_tokens(logits[i:i + 1].clone(), reqs([i]), isa).item() for i in range(3)]
+            assert together == alone
         logits = logits.roll(1000, dims=1)

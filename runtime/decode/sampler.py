@@ -1,7 +1,8 @@
 """Batched sampling: penalties, temperature, top-k / top-p / min-p, per-request seeds, logprobs.
 
 Every row carries its own settings. Greedy rows take the argmax of the penalized logits; the others are
-filtered and sampled with their own torch.Generator, so a seeded request reproduces whatever it is batched with.
+filtered and sampled (kernels/sampling.py) with a uniform from their own torch.Generator, so a seeded request
+reproduces whatever it is batched with.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from radixlm.kernels.sampling import RowSettings, sample_rows
 from radixlm.kernels.token_bitmask import apply_token_bitmask
 from radixlm.runtime.request import Req
 
@@ -63,37 +65,6 @@ def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
         apply_token_bitmask(logits, bitmask, torch.tensor(need), cpu_isa)
 
 
-def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                 min_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> (weights [B, k], token ids [B, k]): each row's
-    top k candidates in descending order, the dropped ones weighted 0.
-
-    Ranked by probability, a token stays iff its rank is below top_k, the mass ranked before it is below top_p,
-    and it has at least min_p times the top probability; the first always stays. Each filter keeps a prefix of
-    the ranking, so only the top candidates are ranked: k grows (256, 4,096, V) until every row drops its k-th
-    candidate, and then no token past it could stay. A full sort of V ranks every token for nothing. The rows
-    are not renormalized (draw scales by each row's own total), and a row's kept prefix, its weights and so its
-    draw do not depend on the k its batch needed."""
-    vocab = probs.shape[1]
-    k = min(vocab, 256)
-    while True:
-        vals, idx = probs.topk(k, dim=-1)  # [B, k], descending
-        keep = _kept_prefix(vals, top_k, top_p, min_p)
-        if k == vocab or not keep[:, -1].any():
-            return vals * keep, idx
-        k = min(vocab, k * 16)
-
-
-def _kept_prefix(vals: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    """vals [B, k] descending -> bool [B, k]: which of them the three filters keep (a prefix of each row)."""
-    rank = torch.arange(vals.shape[1], device=vals.device).unsqueeze(0)
-    keep = (rank < top_k.unsqueeze(1)) | (top_k.unsqueeze(1) <= 0)
-    keep &= (vals.cumsum(dim=-1) - vals) < top_p.unsqueeze(1)  # the smallest prefix whose mass reaches top_p
-    keep &= vals >= min_p.unsqueeze(1) * vals[:, :1]
-    keep[:, 0] = True
-    return keep
-
-
 def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
     """In place: everything that shapes a row before temperature (bias, penalties, min tokens, grammar)."""
     apply_penalties(logits, reqs)
@@ -101,53 +72,34 @@ def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
     apply_grammars(logits, reqs, cpu_isa)
 
 
-def draw_tokens(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """Processed logits [R, V] of non-greedy rows -> int64 [R]: temperature, the filters, each request's own draw.
+def draw_tokens(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None,
+                u: torch.Tensor | None = None) -> torch.Tensor:
+    """Processed logits [R, V] of non-greedy rows -> int64 [R]: temperature, the filters, each request's own draw
+    (kernels/sampling.py). u [R] float64: the rows' uniforms, by default one drawn now from each request's own
+    generator; a row's token depends on its own logits, settings and u only, never on what shares its batch."""
+    if u is None:
+        u = torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in reqs])
+    return sample_rows(logits, row_settings(reqs), u, cpu_isa)
 
-    A row with a filter (top_k, top_p, min_p) draws among its ranked candidates, a row without one over V in
-    vocabulary order. The two kinds are drawn apart, so a row's token never depends on what shares its batch."""
-    params, dev = [r.params for r in reqs], logits.device
-    temps = torch.tensor([p.temperature for p in params], device=dev).unsqueeze(1)
-    probs = torch.softmax(logits / temps, dim=-1)
-    has_filter = [p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params]
-    if not any(has_filter):
-        return draw(probs, reqs)
-    if all(has_filter):
-        return _draw_filtered(probs, reqs)
-    tokens = torch.empty(len(reqs), dtype=torch.int64, device=dev)
-    plain = [i for i, f in enumerate(has_filter) if not f]
-    filtered = [i for i, f in enumerate(has_filter) if f]
-    for part, fn in ((plain, draw), (filtered, _draw_filtered)):
-        rows = torch.tensor(part, device=dev)
-        tokens[rows] = fn(probs[rows], [reqs[i] for i in part])
+
+def row_settings(reqs: list[Req]) -> RowSettings:
+    """The requests' temperature (0 for greedy ones) and filters, a row each."""
+    params = [r.params for r in reqs]
+    return RowSettings.of([0.0 if p.greedy else p.temperature for p in params], [p.top_k for p in params],
+                          [p.top_p for p in params], [p.min_p for p in params])
+
+
+def choose_tokens(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None,
+                  u: torch.Tensor | None = None) -> torch.Tensor:
+    """Processed logits [B, V] -> int64 [B]: the argmax for greedy rows, draw_tokens for the others (u [B]:
+    every row's uniform, greedy rows' unused; by default drawn now for the non-greedy rows)."""
+    tokens = argmax_rows(logits)
+    rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
+    if rand_rows:
+        rows = torch.tensor(rand_rows, device=logits.device)
+        tokens[rows] = draw_tokens(logits[rows], [reqs[i] for i in rand_rows], cpu_isa,
+                                   None if u is None else u[rand_rows])
     return tokens
-
-
-def _draw_filtered(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """probs [R, V] of rows with a filter -> int64 [R]: each row's draw among the candidates its filters keep."""
-    params, dev = [r.params for r in reqs], probs.device
-    weights, ids = filter_probs(probs, torch.tensor([p.top_k for p in params], device=dev),
-                                torch.tensor([p.top_p for p in params], device=dev),
-                                torch.tensor([p.min_p for p in params], device=dev))
-    return ids.gather(1, draw(weights, reqs).unsqueeze(1)).squeeze(1)
-
-
-def draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """One column per row of probs [B, C] (non-negative weights, not necessarily normalized) -> int64 [B].
-
-    Inverse transform sampling: u ~ U[0, 1) from each request's own generator (one host draw per token), and
-    the row's first column whose running sum exceeds u * its total: one batched cumsum and searchsorted on any
-    device. A row's pick depends only on its own weights and generator, never on the batch (zero columns
-    appended to a row change nothing). A column of weight 0 (grammar-masked, filtered) is never drawn: its
-    running sum equals its predecessor's, and the target stays below the total. torch.multinomial and the
-    exponential race draw C random numbers a token. A row of NaNs or zeros, which no valid model and grammar
-    give, still yields a column below C."""
-    u = torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in reqs])
-    cdf = probs.cumsum(dim=-1)  # [B, C], non-decreasing (the CPU accumulates in double)
-    total = cdf[:, -1:]
-    target = torch.minimum(u.to(probs.device, non_blocking=True).to(cdf.dtype).unsqueeze(1) * total,
-                           torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
 def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
@@ -165,12 +117,7 @@ def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) ->
     if any(r.logprob.return_logprob for r in reqs):
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
     process_logits(logits, reqs, cpu_isa)
-    tokens = argmax_rows(logits)
-    rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
-    if rand_rows:
-        rows = torch.tensor(rand_rows, device=logits.device)
-        rand_reqs = [reqs[i] for i in rand_rows]
-        tokens[rows] = draw_tokens(logits[rows], rand_reqs)
+    tokens = choose_tokens(logits, reqs, cpu_isa)
     token_list = tokens.tolist()
     if raw_logprobs is None:
         return SampleOutput(token_list, None, None)

@@ -1,0 +1,123 @@
+"""Draw one token per row of logits: temperature, top-k / top-p / min-p, then inverse transform sampling with a
+given uniform u per row (the caller draws u from each request's own generator, so a row's token depends on its
+own logits, settings and u only, never on its batch).
+
+The torch version is the reference (and the path on GPUs and without radixlm's C++ kernels); cpu_sample.cpp is
+the CPU path with them, which the fused layers also run between the decode steps of one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RowSettings:
+    """Each row's sampling settings, tensors [R] on the host: temperature float32 (0: the argmax), top_k int64
+    (0: off), top_p float32 (1: off), min_p float32 (0: off)."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+
+    @staticmethod
+    def of(temperature: list[float], top_k: list[int], top_p: list[float], min_p: list[float]) -> RowSettings:
+        return RowSettings(torch.tensor(temperature, dtype=torch.float32), torch.tensor(top_k, dtype=torch.int64),
+                           torch.tensor(top_p, dtype=torch.float32), torch.tensor(min_p, dtype=torch.float32))
+
+    def filtered(self) -> torch.Tensor:
+        """bool [R]: the rows with a filter (they draw among ranked candidates, the others in vocabulary order)."""
+        return (self.top_k > 0) | (self.top_p < 1) | (self.min_p > 0)
+
+
+@dataclass(frozen=True)
+class StepDraws:
+    """What the sampled rows of K decode steps run back to back draw with: every row's settings (temperature 0 for
+    greedy rows) and uniforms u [B, K] float64, step k's in column k."""
+
+    rows: RowSettings
+    u: torch.Tensor
+
+
+def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                 min_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """probs [B, V]; top_k [B] (0 = off), top_p [B], min_p [B] -> (weights [B, k], token ids [B, k]): each row's
+    top k candidates in descending order, the dropped ones weighted 0.
+
+    Ranked by probability, a token stays iff its rank is below top_k, the mass ranked before it is below top_p,
+    and it has at least min_p times the top probability; the first always stays. Each filter keeps a prefix of
+    the ranking, so only the top candidates are ranked: k grows (256, 4,096, V) until every row drops its k-th
+    candidate, and then no token past it could stay. A full sort of V ranks every token for nothing. The rows
+    are not renormalized (draw scales by each row's own total), and a row's kept prefix, its weights and so its
+    draw do not depend on the k its batch needed."""
+    vocab = probs.shape[1]
+    k = min(vocab, 256)
+    while True:
+        vals, idx = probs.topk(k, dim=-1)  # [B, k], descending
+        keep = _kept_prefix(vals, top_k, top_p, min_p)
+        if k == vocab or not keep[:, -1].any():
+            return vals * keep, idx
+        k = min(vocab, k * 16)
+
+
+def _kept_prefix(vals: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """vals [B, k] descending -> bool [B, k]: which of them the three filters keep (a prefix of each row)."""
+    rank = torch.arange(vals.shape[1], device=vals.device).unsqueeze(0)
+    keep = (rank < top_k.unsqueeze(1)) | (top_k.unsqueeze(1) <= 0)
+    keep &= (vals.cumsum(dim=-1) - vals) < top_p.unsqueeze(1)  # the smallest prefix whose mass reaches top_p
+    keep &= vals >= min_p.unsqueeze(1) * vals[:, :1]
+    keep[:, 0] = True
+    return keep
+
+
+def draw(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One column per row of weights [B, C] (non-negative, not necessarily normalized), u [B] float64 in [0, 1)
+    -> int64 [B]: the row's first column whose running sum exceeds u times its total, one batched cumsum and
+    searchsorted on any device. A row's pick depends only on its own weights and u (zero columns appended to a
+    row change nothing), and a column of weight 0 (grammar-masked, filtered) is never drawn: its running sum
+    equals its predecessor's, and the target stays below the total. torch.multinomial and the exponential race
+    draw C random numbers a token. A row of NaNs or zeros, which no valid model and grammar give, still yields
+    a column below C."""
+    cdf = weights.cumsum(dim=-1)  # [B, C], non-decreasing (the CPU accumulates in double)
+    total = cdf[:, -1:]
+    target = torch.minimum(u.to(weights.device, non_blocking=True).to(cdf.dtype).unsqueeze(1) * total,
+                           torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=weights.shape[1] - 1)
+
+
+def sample_rows_torch(logits: torch.Tensor, rows: RowSettings, u: torch.Tensor) -> torch.Tensor:
+    """logits [R, V], each row's settings and u [R] float64 -> int64 [R] (the semantics: cpu_sample.cpp)."""
+    dev = logits.device
+    greedy = rows.temperature <= 0
+    scale = (1 / torch.where(greedy, 1.0, rows.temperature)).to(dev).unsqueeze(1)
+    probs = torch.softmax(logits * scale, dim=-1)
+    tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=dev)
+    filtered = rows.filtered() & ~greedy
+    plain = ~filtered & ~greedy
+    if plain.any():
+        tokens[plain.to(dev)] = draw(probs[plain.to(dev)], u[plain])
+    if filtered.any():
+        f = filtered.to(dev)
+        weights, ids = filter_probs(probs[f], rows.top_k[filtered].to(dev), rows.top_p[filtered].to(dev),
+                                    rows.min_p[filtered].to(dev))
+        tokens[f] = ids.gather(1, draw(weights, u[filtered]).unsqueeze(1)).squeeze(1)
+    if greedy.any():
+        tokens[greedy.to(dev)] = logits[greedy.to(dev)].argmax(dim=-1)
+    return tokens
+
+
+def sample_rows_cpu(logits: torch.Tensor, rows: RowSettings, u: torch.Tensor, isa: int = 0) -> torch.Tensor:
+    """The same as sample_rows_torch for float32 logits, in C++ on kernel path ``isa`` (cpu_ext)."""
+    return torch.ops.radixlm_cpu.sample_rows(logits, logits.shape[1], rows.temperature, rows.top_k, rows.top_p,
+                                             rows.min_p, u, isa)
+
+
+def sample_rows(logits: torch.Tensor, rows: RowSettings, u: torch.Tensor, isa: int | None = None) -> torch.Tensor:
+    """Dispatch: on the CPU the C++ kernel on path ``isa`` for float32 logits with contiguous rows (None: the
+    caller runs without radixlm's CPU kernels), torch's ops otherwise."""
+    if isa is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1:
+        return sample_rows_cpu(logits, rows, u, isa)
+    return sample_rows_torch(logits, rows, u)
