@@ -1,8 +1,10 @@
-"""Greedy decode with steps run back to back (``decode_steps``) against one step at a time, in one process.
+"""Decode with steps run back to back (``decode_steps``) against one step at a time, in one process.
 
-    python benchmarks/bench_decode_steps.py [--batch 1 8] [--steps 1 4] [--tokens 128] [--rounds 5] [--out FILE.json]
+    python benchmarks/bench_decode_steps.py [--batch 1 8] [--steps 1 4] [--tokens 128] [--rounds 5]
+        [--temperature 0.7 --top-p 0.95] [--out FILE.json]
 
-One Engine per ``decode_steps`` value on the embedded SmolLM2 (the defaults otherwise), greedy, ``ignore_eos``;
+One Engine per ``decode_steps`` value on the embedded SmolLM2 (the defaults otherwise), ``ignore_eos``; greedy, or
+with ``--temperature`` sampled (request i seeded with i, so every setting must draw the same tokens);
 the rounds alternate between them, each round every batch size: the same prompts (cached after a first
 request), ``--tokens`` new tokens each. Prints the median output tok/s of each setting, its ratio to the first
 setting's, and checks that every setting generated the same tokens.
@@ -20,12 +22,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import cpu_description, save_result, text_of_tokens  # noqa: E402
 
 
-def decode_round(engine, prompts: list[list[int]], tokens: int) -> tuple[float, list[list[int]]]:
+def decode_round(engine, prompts: list[list[int]], tokens: int, sampling: dict) -> tuple[float, list[list[int]]]:
     """-> output tok/s of one batch, and its output ids."""
-    params = {"temperature": 0, "ignore_eos": True}
-    engine.generate(input_ids=prompts, sampling_params={**params, "max_new_tokens": 1})  # the prompts cached
+    engine.generate(input_ids=prompts, sampling_params={"temperature": 0, "max_new_tokens": 1})  # the prompts cached
+    params = [{**sampling, "ignore_eos": True, "max_new_tokens": tokens, "seed": i} for i in range(len(prompts))]
     start = time.perf_counter()
-    outs = engine.generate(input_ids=prompts, sampling_params={**params, "max_new_tokens": tokens})
+    outs = engine.generate(input_ids=prompts, sampling_params=params)
     wall = time.perf_counter() - start
     return len(prompts) * tokens / wall, [o["output_ids"] for o in outs]
 
@@ -37,8 +39,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    sampling = {"temperature": args.temperature, "top_p": args.top_p}
     from radixlm.runtime.engine import Engine
 
     engines = {s: Engine(progress=False, decode_steps=s) for s in args.steps}
@@ -49,12 +54,13 @@ def main() -> None:
     for _ in range(args.rounds):
         for b in args.batch:
             for s in args.steps:
-                rate, ids = decode_round(engines[s], prompts[b], args.tokens)
+                rate, ids = decode_round(engines[s], prompts[b], args.tokens, sampling)
                 rates[s, b].append(rate)
                 outputs.setdefault((s, b), ids)
     same = all(outputs[s, b] == outputs[args.steps[0], b] for s in args.steps for b in args.batch)
     header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Engine defaults"
-    print(f"\n{header}, {args.tokens} greedy tokens after a {args.prompt_len}-token prompt, median of {args.rounds}")
+    how = "greedy" if args.temperature == 0 else f"temperature {args.temperature}, top_p {args.top_p}"
+    print(f"\n{header}, {args.tokens} tokens ({how}) after a {args.prompt_len}-token prompt, median of {args.rounds}")
     print("| batch | " + " | ".join(f"decode_steps {s}" for s in args.steps) + " |")
     print("|---|" + "---|" * len(args.steps))
     base = {b: statistics.median(rates[args.steps[0], b]) for b in args.batch}
@@ -63,7 +69,7 @@ def main() -> None:
                  for s in args.steps]
         print(f"| {b} | " + " | ".join(cells) + " |")
     print(f"same tokens in every setting: {same}")
-    save_result(args.out, tokens=args.tokens, prompt_len=args.prompt_len, same_tokens=same,
+    save_result(args.out, tokens=args.tokens, prompt_len=args.prompt_len, sampling=sampling, same_tokens=same,
                 rates={f"steps{s}_batch{b}": r for (s, b), r in rates.items()})
     if not same:
         sys.exit("the settings generated different tokens")

@@ -8,9 +8,9 @@ own. The parts are timed by wrapping the functions the scheduler calls on this e
 the package is changed); ``step`` is the whole ``Scheduler.step``, so ``step - forward`` is the scheduler's
 share, the CPU work that a forward pass on another core could hide. ``--phases``: the fused layers' own profile
 too, each thread's work and wait at the barrier per phase of a layer, summed over the layers (µs a step).
-``--decode-steps N``: the engine's greedy groups of N steps (1, the default here, is one token a step, as every
-sampled request decodes); the figures are then per token, and a group's call (its embedding lookups, layers,
-LM heads and argmaxes) counts as the forward and the layers.
+``--decode-steps N``: the engine's groups of N steps (1, the default here, is one token a step, as requests with
+penalties, grammars or logprobs decode); the figures are then per token, and a group's call (its embedding
+lookups, layers, LM heads and argmaxes) counts as the forward and the layers.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False, decod
     sched, totals = engine.scheduler, defaultdict(float)
     _wrap(sched, "step", "step", totals)
     _wrap(sched, "forward", "forward", totals)  # the runner's forward, as the scheduler calls it
-    _wrap(sched, "greedy_steps", "forward", totals)  # a group of greedy steps in one call
+    _wrap(sched, "decode_steps", "forward", totals)  # a group of steps in one call
     _wrap(sched, "_schedule_decode", "schedule", totals)
     _wrap(scheduler_module, "make_decode_batch", "batch", totals)
     _wrap(scheduler_module, "sample", "sample", totals)
@@ -64,10 +64,10 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False, decod
     fused = engine.runner.fused
     if fused is not None:  # a ScriptObject's method cannot be replaced: time it through a proxy
         layers = fused.layers
-        proxy = argparse.Namespace(run=layers.run, greedy_steps=layers.greedy_steps, set_profiling=layers.set_profiling,
+        proxy = argparse.Namespace(run=layers.run, decode_steps=layers.decode_steps, set_profiling=layers.set_profiling,
                                    phase_profile=layers.phase_profile)
         _wrap(proxy, "run", "layers", totals)
-        _wrap(proxy, "greedy_steps", "layers", totals)
+        _wrap(proxy, "decode_steps", "layers", totals)
         fused.layers = proxy
     # the LM head inside the fused call is timed by the call's own profile (its last phase)
     profiling = fused is not None and (phases or fused.head_fused)
@@ -123,7 +123,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--decode-steps", type=int, default=1, help="greedy steps back to back (the engine's default is 4)")
+    ap.add_argument("--decode-steps", type=int, default=1, help="decode steps back to back (the engine's default is 4)")
     ap.add_argument("--phases", action="store_true", help="the fused layers' time per phase and thread too")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

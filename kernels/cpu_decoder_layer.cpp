@@ -282,16 +282,22 @@ class FusedLayers : public torch::CustomClassHolder {
     return logits;
   }
 
-  // Greedy decode steps back to back, in one call (needs the head): ids [B] each request's last token at positions
-  // [B], locs [B, K] its next K slots, seq_lens [B] its KV length after step 0. Step k feeds row b the argmax of
-  // step k - 1's first `vocab` logits at position positions[b] + k, as K calls of run() would -> tokens int64 [B, K],
-  // each step's argmax. embed: the embedding table, [V, H] in the pools' dtype or an int8 table's (q, d).
-  at::Tensor greedy_steps(at::Tensor ids, at::Tensor positions, at::Tensor locs, at::Tensor table, at::Tensor req_rows,
-                          at::Tensor seq_lens, std::vector<at::Tensor> embed, int64_t vocab, int64_t isa) {
-    TORCH_CHECK(head_, "greedy_steps: the LM head must be inside the call");
+  // Decode steps back to back, in one call (needs the head): ids [B] each request's last token at positions [B],
+  // locs [B, K] its next K slots, seq_lens [B] its KV length after step 0. Step k feeds row b its token of step
+  // k - 1, chosen from that step's first `vocab` logits at position positions[b] + k, as K calls of run() would
+  // -> tokens int64 [B, K]. embed: the embedding table, [V, H] in the pools' dtype or an int8 table's (q, d).
+  // draws: empty for the argmax of every row, else each row's temperature, top_k, top_p, min_p [B] and its
+  // uniforms u [B, K] float64 for sample_rows (step k draws with u[:, k]).
+  at::Tensor decode_steps(at::Tensor ids, at::Tensor positions, at::Tensor locs, at::Tensor table, at::Tensor req_rows,
+                          at::Tensor seq_lens, std::vector<at::Tensor> embed, int64_t vocab,
+                          std::vector<at::Tensor> draws, int64_t isa) {
+    TORCH_CHECK(head_, "decode_steps: the LM head must be inside the call");
     TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && locs.dim() == 2 && locs.size(0) == ids.numel() &&
                 locs.scalar_type() == at::kLong, "ids must be int64 [B] and locs int64 [B, K]");
     TORCH_CHECK(embed.size() == 1 || embed.size() == 2, "embed: the table, or an int8 table's q and d");
+    TORCH_CHECK(draws.empty() || (draws.size() == 5 && draws[4].dim() == 2 && draws[4].size(0) == ids.numel() &&
+                                  draws[4].size(1) == locs.size(1)),
+                "draws: none, or temperature, top_k, top_p, min_p [B] and u [B, K]");
     const int64_t b = ids.numel();
     at::Tensor tokens = at::empty({b, locs.size(1)}, at::kLong), cur = ids, rows = at::arange(b, at::kLong);
     for (int64_t k = 0; k < locs.size(1); ++k) {
@@ -299,7 +305,9 @@ class FusedLayers : public torch::CustomClassHolder {
                                        : embed[0].index_select(0, cur);
       at::Tensor logits = run(x, positions + k, locs.select(1, k).contiguous(), table, req_rows, seq_lens + k,
                               at::empty({0}, at::kLong), static_cast<int64_t>(k_.size()), rows, isa);
-      cur = argmax_rows(logits, vocab);
+      cur = draws.empty() ? argmax_rows(logits, vocab)
+                          : sample_rows(logits, vocab, draws[0], draws[1], draws[2], draws[3],
+                                        draws[4].select(1, k).contiguous(), isa);
       tokens.select(1, k).copy_(cur);
     }
     return tokens;
@@ -367,7 +375,7 @@ TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
       .def(torch::init<std::vector<at::Tensor>, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, double,
                        int64_t, at::Tensor, at::Tensor, std::vector<at::Tensor>>())
       .def("run", &radixlm_cpu::FusedLayers::run)
-      .def("greedy_steps", &radixlm_cpu::FusedLayers::greedy_steps)
+      .def("decode_steps", &radixlm_cpu::FusedLayers::decode_steps)
       .def("set_profiling", &radixlm_cpu::FusedLayers::set_profiling)
       .def("phase_profile", &radixlm_cpu::FusedLayers::phase_profile);
 }

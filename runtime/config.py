@@ -108,8 +108,9 @@ class SchedulerConfig:
     chunked_prefill_size: int = _opt(1024, "largest prefill chunk of one request, in tokens")
     max_prefill_tokens: int = _opt(4096, "largest prefill batch, in tokens")
     max_running_requests: int = _opt(64, "most requests decoding at once")
-    decode_steps: int = _opt(4, "greedy requests decode up to this many tokens back to back while nothing else "
-                             "waits: the scheduler's work is paid once for them, and they stream in groups")
+    decode_steps: int = _opt(4, "requests decode up to this many tokens back to back while nothing else waits and "
+                             "none needs the scheduler between tokens (penalties, bias, grammar, logprobs): the "
+                             "scheduler's work is paid once for them, and they stream in groups")
     enable_mixed_chunk: bool = _opt(False, "running requests decode their next token inside a prefill batch "
                                     "instead of waiting for it (slower on the CPU)")
     max_queued_requests: int | None = _opt(None, "reject new requests beyond this many waiting")

@@ -61,7 +61,7 @@ class EngineCore:
         encode = self.encode if self.has_tokenizer else None
         self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.max_context, self.decode, encode,
                                    self.grammar_cache if self.has_tokenizer else None,
-                                   cpu_isa=self.runner.cpu_isa, greedy_steps=self.runner.greedy_steps)
+                                   cpu_isa=self.runner.cpu_isa, decode_steps=self.runner.decode_steps)
         self._seed_rng = torch.Generator().manual_seed(cfg.decoding.random_seed)
 
     @property

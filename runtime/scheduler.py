@@ -17,10 +17,10 @@ import torch
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.decode.grammar import jump_forward, poll_compiles
-from radixlm.runtime.decode.greedy_steps import GreedySteps, run_steps, steps_for, take_tokens
 from radixlm.runtime.decode.logprobs import logit_positions, record_output_logprob, record_prompt_logprobs
 from radixlm.runtime.decode.sampler import sample
 from radixlm.runtime.decode.speculative import SpecDecoder
+from radixlm.runtime.decode.step_groups import GroupedSteps, run_steps, steps_for, take_tokens
 from radixlm.runtime.decode.stopping import append_token
 from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.policy import CLIP_MAX_NEW_TOKENS, PrefillBudget, QueueItem, order_queue
@@ -40,11 +40,11 @@ class Scheduler:
     def __init__(self, config: EngineConfig, forward: Callable[[ForwardBatch], torch.Tensor],
                  cache: KVCacheManager, max_context: int, decode: Callable[[list[int]], str],
                  encode: Callable[[str], list[int]] | None = None, grammars: Callable | None = None,
-                 cpu_isa: int | None = None, greedy_steps: GreedySteps | None = None) -> None:
+                 cpu_isa: int | None = None, decode_steps: GroupedSteps | None = None) -> None:
         self.cfg, self.decoding = config.scheduler, config.decoding
         self.cpu_isa = cpu_isa  # the path of radixlm's C++ CPU kernels, None without them (sampler.apply_grammars)
         self.forward = forward
-        self.greedy_steps = greedy_steps  # back-to-back greedy steps in one call, where the runner has it
+        self.decode_steps = decode_steps  # back-to-back decode steps in one call, where the runner has it
         self.cache = cache
         self.max_context = max_context
         self.decode = decode
@@ -261,7 +261,7 @@ class Scheduler:
     # ------------------------------------------------------------ decode
     def _schedule_decode(self) -> tuple[list[Req], list[torch.Tensor], list | None, int]:
         """-> running requests, their new KV slots, the speculative plan (None: plain decode steps) and how many
-        greedy steps run back to back. Short of KV, speculation and back-to-back steps go first, then requests
+        decode steps run back to back. Short of KV, speculation and back-to-back steps go first, then requests
         are retracted."""
         plan = self.spec.plan(self.running) if self.spec else None
         if plan is not None and not any(SpecDecoder.sizes(plan)):
@@ -333,7 +333,7 @@ class Scheduler:
         if steps > 1:
             self.stats["grouped_decode_steps"] += steps
             start = time.monotonic()
-            tokens = run_steps(self.forward, reqs, locs, steps, self.greedy_steps)
+            tokens = run_steps(self.forward, reqs, locs, steps, self.decode_steps, self.cpu_isa)
             self._watch(start, "decode", reqs)
             return self._finish_step(reqs, take_tokens(reqs, tokens, self.cache, self.decode, self.max_context))
         logits = self._forward(make_decode_batch(reqs, locs), reqs)

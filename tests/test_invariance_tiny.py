@@ -33,14 +33,15 @@ PROMPTS = ([PREFIX + t for t in TAILS] + [PREFIX[:45] + TAILS[2] * 2, TAILS[1] *
                                            PREFIX[::-1][:33]])
 PARAMS = [{"temperature": 0, "max_new_tokens": 12, "ignore_eos": True},
           {"temperature": 0.9, "top_p": 0.9, "seed": 7, "max_new_tokens": 12, "ignore_eos": True,
-           "frequency_penalty": 0.5, "repetition_penalty": 1.2}]
+           "frequency_penalty": 0.5, "repetition_penalty": 1.2},
+          {"temperature": 0.8, "top_k": 20, "min_p": 0.02, "seed": 11, "max_new_tokens": 12, "ignore_eos": True}]
 
 
 @functools.cache
 def engine(weights: int, page_size: int = 1, chunk: int = 1024, radix: bool = True, mixed: bool = False,
            spec: bool = False, max_prefill: int = 4096, steps: int = 1) -> Engine:
-    """steps: decode_steps. Logits are captured where the scheduler samples; greedy steps run back to back take
-    their argmax inside one call (tests/test_greedy_steps.py), so only their tokens are compared."""
+    """steps: decode_steps. Logits are captured where the scheduler samples; steps run back to back take their
+    argmax or draw inside one call (tests/test_step_groups.py), so only their tokens are compared."""
     dtype, quantization = WEIGHTS[weights]
     extra = {"speculative_algorithm": "ngram", "speculative_num_draft_tokens": 3} if spec else {}
     e = Engine.from_model(random_model(HEAD64, dtype=dtype, seed=0), None, quantization=quantization,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from radixlm.kernels.sampling import StepDraws
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.quantization import QuantWeight
@@ -82,7 +83,7 @@ class FusedLayers:
         weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 21 per layer
         head = _head_weights(model)
         self.head_fused = bool(head)
-        self.embed = _embed_tables(model) if head else []  # the greedy steps need both
+        self.embed = _embed_tables(model) if head else []  # decode_steps needs both
         self.no_extend = torch.empty(0, dtype=torch.int64)  # a decode step's ext_lens
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
                                                             model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads,
@@ -122,15 +123,18 @@ class FusedLayers:
         return model.lm_head.logits(out)  # out: the final norm of the logit rows
 
     @torch.inference_mode()
-    def greedy_steps(self, batch: ForwardBatch, table: torch.Tensor, locs: torch.Tensor) -> list[list[int]] | None:
-        """A decode batch of each request's last token, and locs [B, K] its next K slots -> each request's K
-        greedy tokens, the forward passes and argmaxes of K single steps in one call; None where the call cannot
-        (no LM head or embedding table inside it)."""
+    def decode_steps(self, batch: ForwardBatch, table: torch.Tensor, locs: torch.Tensor,
+                     draws: StepDraws | None) -> list[list[int]] | None:
+        """A decode batch of each request's last token, locs [B, K] its next K slots and the sampled rows' draws
+        (None: all greedy) -> each request's K tokens, the forward passes and token choices of K single steps in
+        one call; None where the call cannot (no LM head or embedding table inside it)."""
         if not self.embed or batch.num_layers is not None:
             return None
         seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
-        return self.layers.greedy_steps(batch.input_ids, batch.positions, locs, table, batch.req_rows, seq, self.embed,
-                                        self.model.lm_head.vocab_size, self.isa).tolist()
+        sampling = [] if draws is None else [draws.rows.temperature, draws.rows.top_k, draws.rows.top_p,
+                                             draws.rows.min_p, draws.u]
+        return self.layers.decode_steps(batch.input_ids, batch.positions, locs, table, batch.req_rows, seq, self.embed,
+                                        self.model.lm_head.vocab_size, sampling, self.isa).tolist()
 
     def profile_phases(self, on: bool) -> None:
         """Start (from zero) or stop summing where run()'s time goes, per thread and phase."""

@@ -7,6 +7,7 @@ import logging
 import torch
 
 from radixlm.kernels import cpu_ext
+from radixlm.kernels.sampling import StepDraws
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.kv.pool import KVPool, PageAllocator, ReqToTokenPool
@@ -111,9 +112,11 @@ class ModelRunner:
             return self.compiled.run(batch)
         return self.model(batch)
 
-    def greedy_steps(self, batch: ForwardBatch, locs: list[torch.Tensor]) -> list[list[int]] | None:
-        """A decode batch and each request's next K slots -> each request's K greedy tokens from one call of the
-        fused layers; None where they cannot (the caller then runs the steps one forward at a time)."""
+    def decode_steps(self, batch: ForwardBatch, locs: list[torch.Tensor],
+                     draws: StepDraws | None) -> list[list[int]] | None:
+        """A decode batch, each request's next K slots and the sampled rows' draws -> each request's K tokens from
+        one call of the fused layers; None where they cannot (the caller then runs the steps one forward at a
+        time)."""
         if self.fused is None or self.plan_sink is not None:
             return None
-        return self.fused.greedy_steps(batch, self.req_to_token.table, torch.stack(locs))
+        return self.fused.decode_steps(batch, self.req_to_token.table, torch.stack(locs), draws)

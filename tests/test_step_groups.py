@@ -1,5 +1,6 @@
-"""Greedy decode steps run back to back (decode_steps): the very tokens, texts and finish reasons of one step at a
-time, stops inside a group of steps, KV given back exactly, and the requests that must go one step at a time."""
+"""Decode steps run back to back (decode_steps): the very tokens, texts and finish reasons of one step at a time,
+greedy and sampled, stops inside a group of steps, KV given back exactly, and the requests that must go one step
+at a time."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
-from radixlm.runtime.decode.greedy_steps import steps_for
+from radixlm.runtime.decode.step_groups import steps_for
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.messages import LogprobOptions, SamplingParams
 from radixlm.runtime.model.loader import random_model
@@ -37,7 +38,8 @@ def test_which_requests_go_back_to_back():
     assert steps_for([req()], 4, 5) == 2  # the context: 3 prompt tokens, room for 2
     assert steps_for([req()], 1, 100) == 1 and steps_for([], 4, 100) == 1
     assert steps_for([req(top_k=1, temperature=0.8)], 4, 100) == 4  # top_k 1 is greedy too
-    for other in (req(temperature=0.7), req(logprobs=True), req(repetition_penalty=1.1), req(presence_penalty=0.5),
+    assert steps_for([req(), req(temperature=0.7, top_p=0.9, seed=1)], 4, 100) == 4  # sampled rows draw in the call
+    for other in (req(logprobs=True), req(repetition_penalty=1.1), req(presence_penalty=0.5),
                   req(logit_bias={3: 1.0}), req(min_new_tokens=2)):
         assert steps_for([req(), other], 4, 100) == 1
     assert steps_for([req(output=2, min_new_tokens=2)], 4, 100) == 4  # past min_new_tokens, EOS is not blocked
@@ -54,9 +56,9 @@ def one_step(smol_model_fp32, smol_tokenizer):
 
 
 def params_for(one_step: Engine) -> list[dict]:
-    """Greedy requests that end at every offset inside a group of 4 steps: by length, by a stop string, by a stop
-    token (each taken from the one-step output, so that it matches mid-way), after min_new_tokens; and one sampled
-    request, which makes its batch go one step at a time while it runs."""
+    """Requests that end at every offset inside a group of 4 steps: by length, by a stop string, by a stop token
+    (each taken from the one-step output, so that it matches mid-way), after min_new_tokens; and sampled ones with
+    each filter, seeded, whose draws go in the groups too."""
     base = {"temperature": 0, "max_new_tokens": 23}
     first = one_step.generate(PROMPTS, base)
     stop_text = first[1]["text"][10:14]
@@ -64,13 +66,15 @@ def params_for(one_step: Engine) -> list[dict]:
             {**base, "stop": [stop_text]},
             {**base, "stop_token_ids": [first[2]["output_ids"][6]]},
             {**base, "min_new_tokens": 3, "max_new_tokens": 18},
-            {"temperature": 0.8, "seed": 7, "max_new_tokens": 6}]
+            {"temperature": 0.8, "seed": 7, "max_new_tokens": 6},
+            {"temperature": 0.7, "top_p": 0.9, "seed": 3, "max_new_tokens": 11},
+            {"temperature": 1.0, "top_k": 40, "min_p": 0.05, "seed": 4, "max_new_tokens": 17}]
 
 
 @pytest.mark.parametrize("extra", [{}, {"max_total_tokens": 256, "page_size": 16}])
 def test_back_to_back_steps_give_the_one_step_outputs(one_step, smol_model_fp32, smol_tokenizer, extra):
     params = params_for(one_step)
-    prompts = PROMPTS + PROMPTS[:1]
+    prompts = PROMPTS + PROMPTS[:3]
     expected = one_step.generate(prompts, params)
     grouped = Engine.from_model(smol_model_fp32, smol_tokenizer, decode_steps=4, check_invariants=True, **extra)
     for _ in range(2):  # the second time over the prefixes the first left in the radix cache
@@ -106,8 +110,8 @@ def test_argmax_rows_is_torchs_argmax():
                                                                 ("int8", torch.float32, True),
                                                                 ("none", torch.bfloat16, False)])
 def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_call):
-    """The fused layers run a group of greedy steps in one C++ call (the embedding, the layers, the LM head and the
-    argmax, step after step): the same tokens as one step at a time, every request ending where it should. A dense
+    """The fused layers run a group of steps in one C++ call (the embedding, the layers, the LM head and the
+    argmax or draw, step after step): the same tokens as one step at a time, every request ending where it should. A dense
     model's head is outside the call, so its groups run a forward at a time from Python."""
     model = random_model(THREE_KV, dtype=dtype, seed=0)
 
@@ -117,10 +121,11 @@ def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_c
 
     one, grouped = build(1), build(4)
     calls = []
-    in_one_call = grouped.scheduler.greedy_steps
-    grouped.scheduler.greedy_steps = lambda batch, locs: calls.append(in_one_call(batch, locs)) or calls[-1]
+    in_one_call = grouped.scheduler.decode_steps
+    grouped.scheduler.decode_steps = lambda *args: calls.append(in_one_call(*args)) or calls[-1]
     prompts = [[(7 * j + 3) % 250 for j in range(n)] for n in (5, 40, 17)]
     params = [{"temperature": 0, "max_new_tokens": n, "ignore_eos": True} for n in (9, 14, 4)]
+    params[2] = {**params[2], "temperature": 0.9, "top_p": 0.95, "seed": 5, "max_new_tokens": 10}
     expected = one.generate(input_ids=prompts, sampling_params=params)
     stop = expected[1]["output_ids"][6]  # ends request 1 inside its second group
     params[1] = {**params[1], "stop_token_ids": [stop]}

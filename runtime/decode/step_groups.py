@@ -1,0 +1,91 @@
+"""Decode steps back to back. When no running request needs the scheduler between its tokens (no penalties,
+bias, grammar or logprobs: each token is the argmax of the model's raw logits or a draw from them) and nothing
+else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens chosen from the one
+before, and does its own work (KV slots, stop checks, outputs) once for them all instead of once a token.
+
+The tokens are those of single steps: a row's logits depend only on its own tokens (the kernels are
+batch-invariant), a greedy row takes the same argmax, and a sampled row the same draw (kernels/sampling.py, with
+the same uniforms: the group draws a request's K uniforms from its generator up front, as K single steps would
+one by one). A request that stops early keeps its tokens up to the stop; the KV of the ones after it is given
+back, as a rejected speculative draft's is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from radixlm.kernels.sampling import StepDraws
+from radixlm.runtime.batch import ForwardBatch, make_decode_batch
+from radixlm.runtime.decode.sampler import choose_tokens, row_settings
+from radixlm.runtime.decode.stopping import append_token
+from radixlm.runtime.kv.cache_manager import KVCacheManager
+from radixlm.runtime.request import Req
+
+
+def plain_decode(req: Req) -> bool:
+    """Whether the request's next token comes from the model's logits with nothing applied to them: no logit bias,
+    penalties, grammar or logprobs, and past its min_new_tokens (no EOS blocked); greedy or sampled."""
+    p = req.params
+    return (not p.logit_bias and not p.has_penalties and req.grammar is None and not req.logprob.return_logprob
+            and len(req.output_ids) >= p.min_new_tokens)
+
+
+def steps_for(reqs: list[Req], limit: int, max_context: int) -> int:
+    """How many steps to run back to back: 1 unless every request is plain, and never more than the fewest new
+    tokens any request may still take (its max_new_tokens, the context)."""
+    if limit <= 1 or not reqs or not all(plain_decode(r) for r in reqs):
+        return 1
+    room = min(min(r.params.max_new_tokens - len(r.output_ids), max_context - len(r.fill_ids)) for r in reqs)
+    return max(1, min(limit, room))
+
+
+def step_draws(reqs: list[Req], steps: int) -> StepDraws | None:
+    """None when every request is greedy; else every row's settings and each sampled request's next ``steps``
+    uniforms from its generator, drawn now (greedy rows' are 0 and unused)."""
+    if all(r.params.greedy for r in reqs):
+        return None
+    u = torch.zeros(len(reqs), steps, dtype=torch.float64)
+    for i, r in enumerate(reqs):
+        if not r.params.greedy:
+            u[i] = torch.rand(steps, generator=r.generator, dtype=torch.float64)
+    return StepDraws(row_settings(reqs), u)
+
+
+GroupedSteps = Callable[[ForwardBatch, list[torch.Tensor], StepDraws | None], list[list[int]] | None]
+
+
+def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], locs: list[torch.Tensor],
+              steps: int, in_one_call: GroupedSteps | None = None, cpu_isa: int | None = None) -> list[list[int]]:
+    """``steps`` decode forwards, each request fed its last token and then its own chosen ones; locs[i]: request
+    i's ``steps`` new KV slots -> tokens[i], its ``steps`` tokens in order. ``in_one_call`` (the runner's
+    decode_steps) runs them all in one call where it can; ``cpu_isa``: the sampler's kernel path."""
+    draws = step_draws(reqs, steps)
+    if in_one_call is not None:
+        grouped = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs, draws)
+        if grouped is not None:
+            return grouped
+    ids = [r.output_ids[-1] for r in reqs]
+    tokens: list[list[int]] = [[] for _ in reqs]
+    for j in range(steps):
+        batch = make_decode_batch(reqs, [loc[j:j + 1] for loc in locs], inputs=ids, offset=j)
+        ids = choose_tokens(forward(batch), reqs, cpu_isa, None if draws is None else draws.u[:, j]).tolist()
+        for out, token in zip(tokens, ids, strict=True):
+            out.append(token)
+    return tokens
+
+
+def take_tokens(reqs: list[Req], tokens: list[list[int]], cache: KVCacheManager,
+                decode: Callable[[list[int]], str], max_context: int) -> list[int]:
+    """Append each request's tokens until it finishes, count their KV and give back the slots past it
+    -> each request's output length before them."""
+    starts = [len(r.output_ids) for r in reqs]
+    for req, out, start in zip(reqs, tokens, starts, strict=True):
+        for token in out:
+            append_token(req, token, decode, max_context)
+            if req.finished:
+                break
+        req.kv_len += len(req.output_ids) - start  # step j's input was the token before its output
+        cache.truncate(req, req.kv_len)
+    return starts
