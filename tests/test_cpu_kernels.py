@@ -369,6 +369,9 @@ def test_token_bitmask_kernel_matches_its_reference(path, vocab, words):
     gen = torch.Generator().manual_seed(vocab)
     logits = torch.randn(6, vocab, generator=gen)
     bitmask = torch.randint(-(2**31), 2**31 - 1, (6, words), generator=gen, dtype=torch.int32)
+    bitmask[:, ::3] = -1  # runs of 16 all allowed (skipped), none allowed, and each half of a word alone
+    bitmask[:, 1::5] = 0
+    bitmask[:, 2::7] = 0xFFFF
     rows = torch.tensor([4, 0, 2, 5])
     want, got = logits.clone(), logits.clone()
     apply_token_bitmask_torch(want, bitmask, rows)
