@@ -286,18 +286,19 @@ class FusedLayers : public torch::CustomClassHolder {
   // locs [B, K] its next K slots, seq_lens [B] its KV length after step 0. Step k feeds row b its token of step
   // k - 1, chosen from that step's first `vocab` logits at position positions[b] + k, as K calls of run() would
   // -> tokens int64 [B, K]. embed: the embedding table, [V, H] in the pools' dtype or an int8 table's (q, d).
-  // draws: empty for the argmax of every row, else each row's temperature, top_k, top_p, min_p [B] and its
-  // uniforms u [B, K] float64 for sample_rows (step k draws with u[:, k]).
+  // u: empty for the argmax of every row, else each row's uniforms [B, K] float64 for sample_rows with its
+  // temperature, top_k, top_p and min_p (step k draws with u[:, k]).
   at::Tensor decode_steps(at::Tensor ids, at::Tensor positions, at::Tensor locs, at::Tensor table, at::Tensor req_rows,
                           at::Tensor seq_lens, std::vector<at::Tensor> embed, int64_t vocab,
-                          std::vector<at::Tensor> draws, int64_t isa) {
+                          std::vector<double> temperature, std::vector<int64_t> top_k, std::vector<double> top_p,
+                          std::vector<double> min_p, at::Tensor u, int64_t isa) {
     TORCH_CHECK(head_, "decode_steps: the LM head must be inside the call");
     TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && locs.dim() == 2 && locs.size(0) == ids.numel() &&
                 locs.scalar_type() == at::kLong, "ids must be int64 [B] and locs int64 [B, K]");
     TORCH_CHECK(embed.size() == 1 || embed.size() == 2, "embed: the table, or an int8 table's q and d");
-    TORCH_CHECK(draws.empty() || (draws.size() == 5 && draws[4].dim() == 2 && draws[4].size(0) == ids.numel() &&
-                                  draws[4].size(1) == locs.size(1)),
-                "draws: none, or temperature, top_k, top_p, min_p [B] and u [B, K]");
+    TORCH_CHECK(u.numel() == 0 || (u.dim() == 2 && u.size(0) == ids.numel() && u.size(1) == locs.size(1) &&
+                                   u.scalar_type() == at::kDouble),
+                "u must be empty or float64 [B, K]");
     const int64_t b = ids.numel();
     at::Tensor tokens = at::empty({b, locs.size(1)}, at::kLong), cur = ids, rows = at::arange(b, at::kLong);
     for (int64_t k = 0; k < locs.size(1); ++k) {
@@ -305,9 +306,13 @@ class FusedLayers : public torch::CustomClassHolder {
                                        : embed[0].index_select(0, cur);
       at::Tensor logits = run(x, positions + k, locs.select(1, k).contiguous(), table, req_rows, seq_lens + k,
                               at::empty({0}, at::kLong), static_cast<int64_t>(k_.size()), rows, isa);
-      cur = draws.empty() ? argmax_rows(logits, vocab)
-                          : sample_rows(logits, vocab, draws[0], draws[1], draws[2], draws[3],
-                                        draws[4].select(1, k).contiguous(), isa);
+      if (u.numel() == 0) {
+        cur = argmax_rows(logits, vocab);
+      } else {
+        const at::Tensor col = u.select(1, k).contiguous();
+        cur = sample_rows(logits, vocab, temperature, top_k, top_p, min_p,
+                          at::ArrayRef<double>(col.data_ptr<double>(), b), isa);
+      }
       tokens.select(1, k).copy_(cur);
     }
     return tokens;

@@ -79,10 +79,11 @@ at::Tensor linear_logits(const at::Tensor& x, const QuantWeightRef& w, int64_t i
 // Each row's first index of its maximum among the first `cols` logits of float32 [R, N] -> int64 [R]; a NaN counts as
 // the maximum, as torch's argmax has it (greedy decoding inside the fused layers' call).
 at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols);
-// Each row's draw among the first `cols` logits of float32 [R, N] with its temperature [R] (0: the argmax), top_k [R]
-// int64, top_p [R], min_p [R] and uniform u [R] float64 in [0, 1) -> int64 [R] (cpu_sample.cpp has the semantics)
-at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, const at::Tensor& temperature, const at::Tensor& top_k,
-                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& u, int64_t isa);
+// Each row's draw among the first `cols` logits of float32 [R, N] with its temperature (0: the argmax), top_k, top_p,
+// min_p and uniform u in [0, 1), one value a row each -> int64 [R] (cpu_sample.cpp has the semantics)
+at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, at::ArrayRef<double> temperature,
+                       at::ArrayRef<int64_t> top_k, at::ArrayRef<double> top_p, at::ArrayRef<double> min_p,
+                       at::ArrayRef<double> u, int64_t isa);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),
 // then weight tiles [t0, t1) of y = x W^T from them, into y's columns from col0 (a multiple of 16: W may be
 // the last rows of a stacked weight whose parts differ in width)

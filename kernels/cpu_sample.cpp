@@ -241,23 +241,20 @@ at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols) {
   return out;
 }
 
-at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, const at::Tensor& temperature, const at::Tensor& top_k,
-                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& u, int64_t isa) {
+at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, at::ArrayRef<double> temperature,
+                       at::ArrayRef<int64_t> top_k, at::ArrayRef<double> top_p, at::ArrayRef<double> min_p,
+                       at::ArrayRef<double> u, int64_t isa) {
   check_isa(isa);
   check_logits(logits, cols);
   const int64_t rows = logits.size(0);
-  auto vec = [rows](const at::Tensor& v, at::ScalarType type, const char* name) {
-    TORCH_CHECK(v.dim() == 1 && v.size(0) == rows && v.scalar_type() == type, name, " must be a [R] ",
-                c10::toString(type), " tensor, one per logits row");
-    return v.contiguous();
-  };
-  const at::Tensor t = vec(temperature, at::kFloat, "temperature"), k = vec(top_k, at::kLong, "top_k"),
-                   p = vec(top_p, at::kFloat, "top_p"), mp = vec(min_p, at::kFloat, "min_p"),
-                   uu = vec(u, at::kDouble, "u");
+  for (const auto size : {temperature.size(), top_k.size(), top_p.size(), min_p.size(), u.size()}) {
+    TORCH_CHECK(static_cast<int64_t>(size) == rows, "temperature, top_k, top_p, min_p and u need one value per logits "
+                "row (", rows, "), got ", size);
+  }
   std::vector<RowDraw> draws(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    draws[r] = {t.data_ptr<float>()[r], k.data_ptr<int64_t>()[r], p.data_ptr<float>()[r], mp.data_ptr<float>()[r],
-                uu.data_ptr<double>()[r]};
+    draws[r] = {static_cast<float>(temperature[r]), top_k[r], static_cast<float>(top_p[r]),
+                static_cast<float>(min_p[r]), u[r]};
     TORCH_CHECK(draws[r].t >= 0.f && draws[r].u >= 0.0 && draws[r].u < 1.0 && draws[r].min_p <= 1.f, "row ", r,
                 ": temperature must be >= 0, u in [0, 1) and min_p at most 1");
   }
@@ -276,8 +273,8 @@ at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, const at::Tensor&
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
   m.def("argmax_rows(Tensor logits, int cols) -> Tensor");
-  m.def("sample_rows(Tensor logits, int cols, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p, "
-        "Tensor u, int isa) -> Tensor");
+  m.def("sample_rows(Tensor logits, int cols, float[] temperature, int[] top_k, float[] top_p, float[] min_p, "
+        "float[] u, int isa) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {

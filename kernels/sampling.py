@@ -15,22 +15,17 @@ import torch
 
 @dataclass(frozen=True)
 class RowSettings:
-    """Each row's sampling settings, tensors [R] on the host: temperature float32 (0: the argmax), top_k int64
-    (0: off), top_p float32 (1: off), min_p float32 (0: off)."""
+    """Each row's sampling settings, a value a row: temperature (0: the argmax), top_k (0: off), top_p (1: off),
+    min_p (0: off). Plain lists: the C++ op takes them as they are."""
 
-    temperature: torch.Tensor
-    top_k: torch.Tensor
-    top_p: torch.Tensor
-    min_p: torch.Tensor
+    temperature: list[float]
+    top_k: list[int]
+    top_p: list[float]
+    min_p: list[float]
 
-    @staticmethod
-    def of(temperature: list[float], top_k: list[int], top_p: list[float], min_p: list[float]) -> RowSettings:
-        return RowSettings(torch.tensor(temperature, dtype=torch.float32), torch.tensor(top_k, dtype=torch.int64),
-                           torch.tensor(top_p, dtype=torch.float32), torch.tensor(min_p, dtype=torch.float32))
-
-    def filtered(self) -> torch.Tensor:
-        """bool [R]: the rows with a filter (they draw among ranked candidates, the others in vocabulary order)."""
-        return (self.top_k > 0) | (self.top_p < 1) | (self.min_p > 0)
+    def filtered(self) -> list[bool]:
+        """The rows with a filter (they draw among ranked candidates, the others in vocabulary order)."""
+        return [k > 0 or p < 1 or m > 0 for k, p, m in zip(self.top_k, self.top_p, self.min_p, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -88,34 +83,36 @@ def draw(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=weights.shape[1] - 1)
 
 
-def sample_rows_torch(logits: torch.Tensor, rows: RowSettings, u: torch.Tensor) -> torch.Tensor:
-    """logits [R, V], each row's settings and u [R] float64 -> int64 [R] (the semantics: cpu_sample.cpp)."""
-    dev = logits.device
-    greedy = rows.temperature <= 0
-    scale = (1 / torch.where(greedy, 1.0, rows.temperature)).to(dev).unsqueeze(1)
+def sample_rows_torch(logits: torch.Tensor, rows: RowSettings, u: list[float]) -> torch.Tensor:
+    """logits [R, V], each row's settings and uniform in [0, 1) -> int64 [R] (the semantics: cpu_sample.cpp)."""
+    dev, u = logits.device, torch.tensor(u, dtype=torch.float64)
+    temperature = torch.tensor(rows.temperature, dtype=torch.float32)
+    greedy = temperature <= 0
+    scale = (1 / torch.where(greedy, 1.0, temperature)).to(dev).unsqueeze(1)
     probs = torch.softmax(logits * scale, dim=-1)
     tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=dev)
-    filtered = rows.filtered() & ~greedy
+    filtered = torch.tensor(rows.filtered(), dtype=torch.bool) & ~greedy
     plain = ~filtered & ~greedy
     if plain.any():
         tokens[plain.to(dev)] = draw(probs[plain.to(dev)], u[plain])
     if filtered.any():
         f = filtered.to(dev)
-        weights, ids = filter_probs(probs[f], rows.top_k[filtered].to(dev), rows.top_p[filtered].to(dev),
-                                    rows.min_p[filtered].to(dev))
+        weights, ids = filter_probs(probs[f], torch.tensor(rows.top_k, device=dev)[f],
+                                    torch.tensor(rows.top_p, dtype=torch.float32, device=dev)[f],
+                                    torch.tensor(rows.min_p, dtype=torch.float32, device=dev)[f])
         tokens[f] = ids.gather(1, draw(weights, u[filtered]).unsqueeze(1)).squeeze(1)
     if greedy.any():
         tokens[greedy.to(dev)] = logits[greedy.to(dev)].argmax(dim=-1)
     return tokens
 
 
-def sample_rows_cpu(logits: torch.Tensor, rows: RowSettings, u: torch.Tensor, isa: int = 0) -> torch.Tensor:
+def sample_rows_cpu(logits: torch.Tensor, rows: RowSettings, u: list[float], isa: int = 0) -> torch.Tensor:
     """The same as sample_rows_torch for float32 logits, in C++ on kernel path ``isa`` (cpu_ext)."""
     return torch.ops.radixlm_cpu.sample_rows(logits, logits.shape[1], rows.temperature, rows.top_k, rows.top_p,
                                              rows.min_p, u, isa)
 
 
-def sample_rows(logits: torch.Tensor, rows: RowSettings, u: torch.Tensor, isa: int | None = None) -> torch.Tensor:
+def sample_rows(logits: torch.Tensor, rows: RowSettings, u: list[float], isa: int | None = None) -> torch.Tensor:
     """Dispatch: on the CPU the C++ kernel on path ``isa`` for float32 logits with contiguous rows (None: the
     caller runs without radixlm's CPU kernels), torch's ops otherwise."""
     if isa is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1:

@@ -18,7 +18,7 @@ SETTINGS = [(0.7, 0, 1.0, 0.0), (1.0, 0, 0.9, 0.0), (1.0, 40, 1.0, 0.0), (0.8, 0
 
 
 def rows_of(settings: list[tuple]) -> RowSettings:
-    return RowSettings.of(*[list(col) for col in zip(*settings, strict=True)])
+    return RowSettings(*[list(col) for col in zip(*settings, strict=True)])
 
 
 def isa(path: str) -> int:
@@ -28,7 +28,7 @@ def isa(path: str) -> int:
 def draws(logits: torch.Tensor, settings: list[tuple], us: torch.Tensor, fn) -> torch.Tensor:
     """fn(logits, rows, u) for each column of us [R, N] -> tokens [R, N]."""
     rows = rows_of(settings)
-    return torch.stack([fn(logits, rows, us[:, j].contiguous()) for j in range(us.shape[1])], dim=1)
+    return torch.stack([fn(logits, rows, us[:, j].tolist()) for j in range(us.shape[1])], dim=1)
 
 
 @built
@@ -100,7 +100,7 @@ def test_sample_kernel_draws_the_softmax_distribution():
     u = torch.rand(n, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     for top_k, want in ((0, probs), (2, torch.tensor([0.4, 0.25, 0, 0, 0, 0], dtype=torch.float64) / 0.65)):
         rows = rows_of([(1.0, top_k, 1.0, 0.0)] * n)
-        counts = torch.bincount(sample_rows(logits, rows, u, 0), minlength=6).double()
+        counts = torch.bincount(sample_rows(logits, rows, u.tolist(), 0), minlength=6).double()
         nz = want > 0
         assert counts[~nz].sum() == 0
         chi2 = ((counts[nz] - want[nz] * n) ** 2 / (want[nz] * n)).sum().item()
@@ -109,12 +109,11 @@ def test_sample_kernel_draws_the_softmax_distribution():
 
 @built
 def test_sample_kernel_rejects_bad_inputs_with_a_message():
-    logits, rows = torch.zeros(2, 64), rows_of([(1.0, 0, 1.0, 0.0)] * 2)
-    u = torch.zeros(2, dtype=torch.float64)
-    with pytest.raises(RuntimeError, match="u must be a \\[R\\] Double tensor"):
+    logits, rows, u = torch.zeros(2, 64), rows_of([(1.0, 0, 1.0, 0.0)] * 2), [0.0, 0.0]
+    with pytest.raises(RuntimeError, match="need one value per logits row \\(2\\), got 1"):
         sample_rows_cpu(logits, rows, u[:1])
     with pytest.raises(RuntimeError, match="row 1: temperature must be >= 0, u in \\[0, 1\\)"):
-        sample_rows_cpu(logits, rows, torch.tensor([0.5, 1.0], dtype=torch.float64))
+        sample_rows_cpu(logits, rows, [0.5, 1.0])
     with pytest.raises(RuntimeError, match="row 0: temperature"):
         sample_rows_cpu(logits, rows_of([(-1.0, 0, 1.0, 0.0), (1.0, 0, 1.0, 0.0)]), u)
     with pytest.raises(RuntimeError, match="logits must be float32"):

@@ -9,7 +9,7 @@ import torch
 from radixlm.kernels import cpu_ext
 from radixlm.kernels.sampling import draw as draw_with
 from radixlm.kernels.sampling import filter_probs
-from radixlm.runtime.decode.sampler import draw_tokens
+from radixlm.runtime.decode.sampler import choose_tokens
 from radixlm.runtime.messages import SamplingParams
 
 PROBS = torch.tensor([0.4, 0.0, 0.25, 0.2, 0.0, 0.1, 0.05, 0.0])
@@ -106,7 +106,7 @@ def test_filtered_and_plain_rows_draw_the_same_tokens_alone_and_together():
     paths = [None] + ([0] if cpu_ext.available() else [])  # torch's ops, the C++ kernel
     for _ in range(20):
         for isa in paths:
-            together = draw_tokens(logits.clone(), reqs(range(3)), isa).tolist()
-            alone = [draw_tokens(logits[i:i + 1].clone(), reqs([i]), isa).item() for i in range(3)]
+            together = choose_tokens(logits.clone(), reqs(range(3)), isa).tolist()
+            alone = [choose_tokens(logits[i:i + 1].clone(), reqs([i]), isa).item() for i in range(3)]
             assert together == alone
         logits = logits.roll(1000, dims=1)

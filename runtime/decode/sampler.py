@@ -7,6 +7,8 @@ reproduces whatever it is batched with.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,23 +27,31 @@ class SampleOutput:
 
 
 def apply_penalties(logits: torch.Tensor, reqs: list[Req]) -> None:
-    """In place. Repetition penalty over prompt + output (HF semantics); frequency / presence over output."""
+    """In place. Repetition penalty over prompt + output (HF semantics); frequency / presence over output. Only
+    the columns of tokens seen are read and written (a pass over the vocabulary a penalty cost more than the
+    sampling itself)."""
     for i, r in enumerate(reqs):
         p = r.params
-        dev = logits.device
+        dev, row = logits.device, logits[i]
         if p.logit_bias:
             ids = torch.tensor([int(t) for t in p.logit_bias], device=dev)
-            logits[i, ids] += torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype, device=dev)
+            row[ids] += torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype, device=dev)
         if not p.has_penalties:
             continue
         if p.repetition_penalty != 1:
-            seen = torch.tensor(sorted(set(r.origin_input_ids) | set(r.output_ids)), dtype=torch.int64, device=dev)
-            vals = logits[i, seen]
-            logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+            seen = _ids(set(r.origin_input_ids).union(r.output_ids), dev)
+            vals = row[seen]
+            row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
         if r.output_ids and (p.frequency_penalty or p.presence_penalty):
-            out = torch.tensor(r.output_ids, dtype=torch.int64, device=dev)
-            counts = torch.zeros(logits.shape[1], device=dev).index_add_(0, out, torch.ones(len(out), device=dev))
-            logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
+            counts = Counter(r.output_ids)
+            n = torch.from_numpy(np.fromiter(counts.values(), np.float32, len(counts))).to(dev, logits.dtype)
+            row[_ids(counts, dev)] -= p.frequency_penalty * n + p.presence_penalty
+
+
+def _ids(ids: Iterable[int], dev: torch.device) -> torch.Tensor:
+    """Token ids -> int64 tensor (torch.tensor walks a list an element at a time)."""
+    ids = list(ids)
+    return torch.from_numpy(np.fromiter(ids, np.int64, len(ids))).to(dev)
 
 
 def block_early_stop(logits: torch.Tensor, reqs: list[Req]) -> None:
@@ -72,34 +82,25 @@ def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
     apply_grammars(logits, reqs, cpu_isa)
 
 
-def draw_tokens(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None,
-                u: torch.Tensor | None = None) -> torch.Tensor:
-    """Processed logits [R, V] of non-greedy rows -> int64 [R]: temperature, the filters, each request's own draw
-    (kernels/sampling.py). u [R] float64: the rows' uniforms, by default one drawn now from each request's own
-    generator; a row's token depends on its own logits, settings and u only, never on what shares its batch."""
-    if u is None:
-        u = torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in reqs])
-    return sample_rows(logits, row_settings(reqs), u, cpu_isa)
-
-
 def row_settings(reqs: list[Req]) -> RowSettings:
     """The requests' temperature (0 for greedy ones) and filters, a row each."""
     params = [r.params for r in reqs]
-    return RowSettings.of([0.0 if p.greedy else p.temperature for p in params], [p.top_k for p in params],
-                          [p.top_p for p in params], [p.min_p for p in params])
+    return RowSettings([0.0 if p.greedy else p.temperature for p in params], [p.top_k for p in params],
+                       [p.top_p for p in params], [p.min_p for p in params])
 
 
 def choose_tokens(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None,
-                  u: torch.Tensor | None = None) -> torch.Tensor:
-    """Processed logits [B, V] -> int64 [B]: the argmax for greedy rows, draw_tokens for the others (u [B]:
-    every row's uniform, greedy rows' unused; by default drawn now for the non-greedy rows)."""
-    tokens = argmax_rows(logits)
-    rand_rows = [i for i, r in enumerate(reqs) if not r.params.greedy]
-    if rand_rows:
-        rows = torch.tensor(rand_rows, device=logits.device)
-        tokens[rows] = draw_tokens(logits[rows], [reqs[i] for i in rand_rows], cpu_isa,
-                                   None if u is None else u[rand_rows])
-    return tokens
+                  u: list[float] | None = None) -> torch.Tensor:
+    """Processed logits [B, V] -> int64 [B]: the argmax for greedy rows; for the others temperature, the filters
+    and a draw with the row's uniform (kernels/sampling.py), by default one drawn now from the request's own
+    generator (u: every row's, greedy rows' unused). All rows go in one call of sample_rows, which takes the
+    argmax of a row of temperature 0; a row's token depends on its own logits, settings and u only."""
+    if all(r.params.greedy for r in reqs):
+        return argmax_rows(logits)
+    if u is None:
+        u = [0.0 if r.params.greedy else torch.rand(1, generator=r.generator, dtype=torch.float64).item()
+             for r in reqs]
+    return sample_rows(logits, row_settings(reqs), u, cpu_isa)
 
 
 def argmax_rows(logits: torch.Tensor) -> torch.Tensor:

@@ -70,7 +70,7 @@ def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], 
     tokens: list[list[int]] = [[] for _ in reqs]
     for j in range(steps):
         batch = make_decode_batch(reqs, [loc[j:j + 1] for loc in locs], inputs=ids, offset=j)
-        ids = choose_tokens(forward(batch), reqs, cpu_isa, None if draws is None else draws.u[:, j]).tolist()
+        ids = choose_tokens(forward(batch), reqs, cpu_isa, None if draws is None else draws.u[:, j].tolist()).tolist()
         for out, token in zip(tokens, ids, strict=True):
             out.append(token)
     return tokens

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.kernels.sampling import StepDraws
+from radixlm.kernels.sampling import RowSettings, StepDraws
 from radixlm.runtime.batch import ForwardBatch
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.quantization import QuantWeight
@@ -85,6 +85,7 @@ class FusedLayers:
         self.head_fused = bool(head)
         self.embed = _embed_tables(model) if head else []  # decode_steps needs both
         self.no_extend = torch.empty(0, dtype=torch.int64)  # a decode step's ext_lens
+        self.no_draws = torch.empty(0, 0, dtype=torch.float64)  # decode_steps' u where every row is greedy
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
                                                             model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads,
                                                             model.rotary.cos, model.rotary.sin, head)
@@ -131,10 +132,11 @@ class FusedLayers:
         if not self.embed or batch.num_layers is not None:
             return None
         seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
-        sampling = [] if draws is None else [draws.rows.temperature, draws.rows.top_k, draws.rows.top_p,
-                                             draws.rows.min_p, draws.u]
+        rows = draws.rows if draws is not None else RowSettings([], [], [], [])
+        u = draws.u if draws is not None else self.no_draws
         return self.layers.decode_steps(batch.input_ids, batch.positions, locs, table, batch.req_rows, seq, self.embed,
-                                        self.model.lm_head.vocab_size, sampling, self.isa).tolist()
+                                        self.model.lm_head.vocab_size, rows.temperature, rows.top_k, rows.top_p,
+                                        rows.min_p, u, self.isa).tolist()
 
     def profile_phases(self, on: bool) -> None:
         """Start (from zero) or stop summing where run()'s time goes, per thread and phase."""
