@@ -47,6 +47,14 @@ def check_prompt(ids: list[int], vocab_size: int, max_context: int) -> None:
                                  "a new token")
 
 
+def check_token_ids(params: SamplingParams, vocab_size: int) -> None:
+    """logit_bias and stop_token_ids name tokens of the model's vocabulary (the sampler indexes logits by them)."""
+    for field, ids in (("logit_bias", params.logit_bias or {}), ("stop_token_ids", params.stop_token_ids)):
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"sampling_params.{field}: token id {bad[0]} is outside the vocabulary (0-{vocab_size - 1})")
+
+
 def check_limits(params: SamplingParams, logprob: LogprobOptions, limits: RequestLimits) -> None:
     if params.n > limits.max_n:
         raise ValueError(f"n: must be <= {limits.max_n}, got {params.n}")
@@ -68,6 +76,7 @@ def build_requests(prompts: list[list[int]], params: list[SamplingParams], rid: 
     groups = []
     for i, (ids, sp, spec) in enumerate(zip(prompts, params, constraints, strict=True)):
         check_prompt(ids, vocab_size, max_context)
+        check_token_ids(sp, vocab_size)
         check_limits(sp, logprob, limits)
         room = max_context - len(ids)
         budget = room if sp.max_new_tokens is None else min(sp.max_new_tokens, room)
