@@ -92,6 +92,7 @@ def test_max_new_tokens_zero_caches_the_prompt(engine):
     ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_k": -3}, "top_k"), ({"min_p": 2}, "min_p"),
     ({"temperature": "hot"}, "temperature"), ({"n": 0}, "n"), ({"bogus": 1}, "bogus"),
     ({"temperature": float("nan")}, "temperature"), ({"stop": [""]}, "stop"),
+    ({"logit_bias": {99999: 1.0}}, "logit_bias"), ({"stop_token_ids": [99999]}, "stop_token_ids"),
 ])
 def test_bad_sampling_params_name_the_field(engine, params, field):
     with pytest.raises(ValueError, match=field):

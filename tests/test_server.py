@@ -99,6 +99,7 @@ def test_disconnect_mid_stream_frees_the_request(server):
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}, 400, "max_new_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": "warm"}, 400, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "modalities": ["audio"]}, 400, "modalities"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"999999": 5}}, 400, "logit_bias"),
     ({"messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}],  # a tool whose parameters are not an object schema
       "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}, 400, "tools"),
