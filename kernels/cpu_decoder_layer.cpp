@@ -287,11 +287,13 @@ class FusedLayers : public torch::CustomClassHolder {
   // k - 1, chosen from that step's first `vocab` logits at position positions[b] + k, as K calls of run() would
   // -> tokens int64 [B, K]. embed: the embedding table, [V, H] in the pools' dtype or an int8 table's (q, d).
   // u: empty for the argmax of every row, else each row's uniforms [B, K] float64 for sample_rows with its
-  // temperature, top_k, top_p and min_p (step k draws with u[:, k]).
+  // temperature, top_k, top_p and min_p (step k draws with u[:, k]). penalty_settings and penalty_tokens: empty, or
+  // the rows' bias and penalties packed (row_penalties), applied before each choice and given each step's token.
   at::Tensor decode_steps(at::Tensor ids, at::Tensor positions, at::Tensor locs, at::Tensor table, at::Tensor req_rows,
                           at::Tensor seq_lens, std::vector<at::Tensor> embed, int64_t vocab,
                           std::vector<double> temperature, std::vector<int64_t> top_k, std::vector<double> top_p,
-                          std::vector<double> min_p, at::Tensor u, int64_t isa) {
+                          std::vector<double> min_p, at::Tensor u, std::vector<double> penalty_settings,
+                          std::vector<at::Tensor> penalty_tokens, int64_t isa) {
     TORCH_CHECK(head_, "decode_steps: the LM head must be inside the call");
     TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && locs.dim() == 2 && locs.size(0) == ids.numel() &&
                 locs.scalar_type() == at::kLong, "ids must be int64 [B] and locs int64 [B, K]");
@@ -300,12 +302,17 @@ class FusedLayers : public torch::CustomClassHolder {
                                    u.scalar_type() == at::kDouble),
                 "u must be empty or float64 [B, K]");
     const int64_t b = ids.numel();
+    std::vector<RowPenalty> penalties;
+    if (!penalty_settings.empty()) penalties = row_penalties(penalty_settings, penalty_tokens, b, vocab);
     at::Tensor tokens = at::empty({b, locs.size(1)}, at::kLong), cur = ids, rows = at::arange(b, at::kLong);
     for (int64_t k = 0; k < locs.size(1); ++k) {
       at::Tensor x = embed.size() == 2 ? int8_rows(embed[0], embed[1], cur, w_[0].scalar_type())
                                        : embed[0].index_select(0, cur);
       at::Tensor logits = run(x, positions + k, locs.select(1, k).contiguous(), table, req_rows, seq_lens + k,
                               at::empty({0}, at::kLong), static_cast<int64_t>(k_.size()), rows, isa);
+      for (int64_t r = 0; r < static_cast<int64_t>(penalties.size()); ++r) {
+        penalties[r].apply(logits.data_ptr<float>() + r * logits.stride(0));
+      }
       if (u.numel() == 0) {
         cur = argmax_rows(logits, vocab);
       } else {
@@ -314,6 +321,7 @@ class FusedLayers : public torch::CustomClassHolder {
                           at::ArrayRef<double>(col.data_ptr<double>(), b), isa);
       }
       tokens.select(1, k).copy_(cur);
+      for (int64_t r = 0; r < static_cast<int64_t>(penalties.size()); ++r) penalties[r].add(cur.data_ptr<int64_t>()[r]);
     }
     return tokens;
   }

@@ -43,7 +43,7 @@ MACHINE_PATHS = {"x86_64": _X86_PATHS, "AMD64": _X86_PATHS, "aarch64": ("portabl
 CAPABILITY_ENV = "RADIXLM_CPU_CAPABILITY"  # the fastest path supported() reports, if set
 # the slowest to compile first (see _jobs_per_core)
 SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
-           "cpu_decoder_layer.cpp", "cpu_layer_weights.cpp", "cpu_sample.cpp")
+           "cpu_decoder_layer.cpp", "cpu_layer_weights.cpp", "cpu_sample.cpp", "cpu_penalties.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 log = logging.getLogger(__name__)

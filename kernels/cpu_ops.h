@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -84,6 +86,23 @@ at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols);
 at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, at::ArrayRef<double> temperature,
                        at::ArrayRef<int64_t> top_k, at::ArrayRef<double> top_p, at::ArrayRef<double> min_p,
                        at::ArrayRef<double> u, int64_t isa);
+// One row's logit bias and penalties, applied as the Python sampler's apply_penalties does, bit for bit (float32,
+// each scalar rounded to float32 first): bias added, the repetition penalty over the tokens seen (prompt and
+// output; a positive logit divided by it, the others multiplied), then frequency * count + presence subtracted
+// for each output token. cpu_penalties.cpp.
+struct RowPenalty {
+  float repetition = 1.f, frequency = 0.f, presence = 0.f;
+  std::vector<std::pair<int64_t, float>> bias;
+  std::unordered_set<int64_t> seen;
+  std::unordered_map<int64_t, int64_t> counts;  // output token -> times
+  void apply(float* logits) const;              // one row, in place
+  void add(int64_t token);                       // a new output token
+};
+// The rows' penalties from their packed form (kernels/sampling.py, RowPenalties.packed): settings [3R] (repetition,
+// frequency, presence a row) and tokens: seen ids [S] with offsets [R + 1], output ids [O] with offsets [R + 1],
+// bias ids [N], values [N] float32 and offsets [R + 1]; every id checked against vocab.
+std::vector<RowPenalty> row_penalties(at::ArrayRef<double> settings, const std::vector<at::Tensor>& tokens, int64_t rows,
+                                      int64_t vocab);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),
 // then weight tiles [t0, t1) of y = x W^T from them, into y's columns from col0 (a multiple of 16: W may be
 // the last rows of a stacked weight whose parts differ in width)

@@ -1,15 +1,21 @@
-"""Draw one token per row of logits: temperature, top-k / top-p / min-p, then inverse transform sampling with a
-given uniform u per row (the caller draws u from each request's own generator, so a row's token depends on its
+"""Shape and draw one token per row of logits: logit bias and penalties (penalize), then temperature, top-k /
+top-p / min-p and inverse transform sampling with a given uniform u per row (the caller draws u from each request's own generator, so a row's token depends on its
 own logits, settings and u only, never on its batch).
 
-The torch version is the reference (and the path on GPUs and without radixlm's C++ kernels); cpu_sample.cpp is
-the CPU path with them, which the fused layers also run between the decode steps of one call.
+The torch versions are the reference (and the path on GPUs and without radixlm's C++ kernels); cpu_sample.cpp
+and cpu_penalties.cpp are the CPU path with them, which the fused layers also run between the decode steps of
+one call.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -29,12 +35,92 @@ class RowSettings:
 
 
 @dataclass(frozen=True)
+class RowPenalties:
+    """Each row's logit bias and penalties: repetition (1: off) over ``seen`` (the prompt's and output's tokens),
+    frequency and presence (0: off) over ``outputs`` (the output's tokens, repeats counted), ``bias`` added to
+    its tokens' logits. A row without any has 1, 0, 0 and empty lists."""
+
+    repetition: list[float]
+    frequency: list[float]
+    presence: list[float]
+    seen: list[list[int]]
+    outputs: list[list[int]]
+    bias: list[dict[int, float]]
+
+    def extended(self, tokens: list[list[int]]) -> RowPenalties:
+        """The same rows after each row's new output ``tokens``."""
+        return dataclasses.replace(self, seen=[s + t for s, t in zip(self.seen, tokens, strict=True)],
+                                   outputs=[o + t for o, t in zip(self.outputs, tokens, strict=True)])
+
+    def packed(self) -> tuple[list[float], list[torch.Tensor]]:
+        """The C++ ops' form: settings [3R] (repetition, frequency, presence a row) and seen ids, their offsets
+        [R + 1], output ids, offsets, bias ids, values (float32), offsets."""
+        settings = [x for row in zip(self.repetition, self.frequency, self.presence, strict=True) for x in row]
+        return settings, [*_flat(self.seen), *_flat(self.outputs), *_flat_bias(self.bias)]
+
+
+def _flat(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged int lists -> (values [N] int64, offsets [R + 1] int64)."""
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    values = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(offsets[-1]))
+    return torch.from_numpy(values), torch.from_numpy(offsets)
+
+
+def _flat_bias(rows: list[dict[int, float]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ids, offsets = _flat([list(b) for b in rows])
+    values = np.fromiter(itertools.chain.from_iterable(b.values() for b in rows), np.float32, ids.numel())
+    return ids, torch.from_numpy(values), offsets
+
+
+def penalize_torch(logits: torch.Tensor, pen: RowPenalties) -> None:
+    """In place, logits [R, V]: each row's bias, then its repetition penalty over the tokens seen (HF semantics),
+    then frequency * count + presence subtracted for each output token. Only the columns of those tokens are
+    read and written."""
+    dev = logits.device
+    for i, row in enumerate(logits):
+        if pen.bias[i]:
+            ids = torch.tensor(list(pen.bias[i]), dtype=torch.int64, device=dev)
+            row[ids] += torch.tensor(list(pen.bias[i].values()), dtype=logits.dtype, device=dev)
+        if pen.repetition[i] != 1 and pen.seen[i]:
+            seen = _ids(set(pen.seen[i]), dev)
+            vals = row[seen]
+            row[seen] = torch.where(vals > 0, vals / pen.repetition[i], vals * pen.repetition[i])
+        if pen.outputs[i] and (pen.frequency[i] or pen.presence[i]):
+            counts = collections.Counter(pen.outputs[i])
+            n = torch.from_numpy(np.fromiter(counts.values(), np.float32, len(counts))).to(dev, logits.dtype)
+            row[_ids(counts, dev)] -= pen.frequency[i] * n + pen.presence[i]
+
+
+def _ids(ids: Iterable[int], dev: torch.device) -> torch.Tensor:
+    """Token ids -> int64 tensor (torch.tensor walks a list an element at a time)."""
+    ids = list(ids)
+    return torch.from_numpy(np.fromiter(ids, np.int64, len(ids))).to(dev)
+
+
+def penalize_cpu(logits: torch.Tensor, pen: RowPenalties) -> None:
+    """The same as penalize_torch for float32 logits, in C++ (cpu_penalties.cpp)."""
+    settings, tokens = pen.packed()
+    torch.ops.radixlm_cpu.penalize_rows(logits, logits.shape[1], settings, tokens)
+
+
+def penalize(logits: torch.Tensor, pen: RowPenalties, isa: int | None = None) -> None:
+    """Dispatch as sample_rows does (isa None: without radixlm's CPU kernels)."""
+    if isa is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1:
+        penalize_cpu(logits, pen)
+    else:
+        penalize_torch(logits, pen)
+
+
+@dataclass(frozen=True)
 class StepDraws:
-    """What the sampled rows of K decode steps run back to back draw with: every row's settings (temperature 0 for
-    greedy rows) and uniforms u [B, K] float64, step k's in column k."""
+    """What K decode steps run back to back choose their tokens with: every row's settings (temperature 0 for
+    greedy rows), uniforms u [B, K] float64 (step k's in column k; greedy rows' unused), and the rows' bias and
+    penalties as they stand before the first step (None: no row has any)."""
 
     rows: RowSettings
     u: torch.Tensor
+    penalties: RowPenalties | None = None
 
 
 def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,

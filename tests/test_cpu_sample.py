@@ -1,5 +1,6 @@
-"""The C++ sampling kernel (cpu_sample.cpp) against its torch reference (kernels/sampling.py) on every path this
-CPU has: the same token for the same logits, settings and uniform; never a masked token; the right distribution."""
+"""The C++ sampling kernels (cpu_sample.cpp, cpu_penalties.cpp) against their torch references (kernels/sampling.py)
+on every path this CPU has: the same token for the same logits, settings and uniform; never a masked token; the
+right distribution; penalties and bias bit for bit."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
-from radixlm.kernels.sampling import RowSettings, sample_rows, sample_rows_cpu, sample_rows_torch
+from radixlm.kernels.sampling import (
+    RowPenalties,
+    RowSettings,
+    penalize_cpu,
+    penalize_torch,
+    sample_rows,
+    sample_rows_cpu,
+    sample_rows_torch,
+)
 
 built = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build (no C++ compiler?)")
 PATH_PARAMS = [pytest.param(p, marks=pytest.mark.skipif(p not in cpu_ext.supported(), reason=f"this CPU has no {p}"))
@@ -118,3 +127,34 @@ def test_sample_kernel_rejects_bad_inputs_with_a_message():
         sample_rows_cpu(logits, rows_of([(-1.0, 0, 1.0, 0.0), (1.0, 0, 1.0, 0.0)]), u)
     with pytest.raises(RuntimeError, match="logits must be float32"):
         sample_rows_cpu(logits.half(), rows, u)
+
+
+@built
+def test_penalties_kernel_gives_the_references_bits():
+    """Bias, repetition over seen tokens (repeats, positive and negative logits, -inf), frequency and presence over
+    output counts, each alone and together, and a row with none."""
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, 1000, generator=gen) * 5
+    logits[2, 7] = float("-inf")
+    seen = [[3, 7, 7, 999, 500], [1, 2, 3], [7, 8, 9, 8], [], [4, 4, 4, 10], [0]]
+    outs = [[7, 7, 500], [], [8, 8, 9], [5], [4, 4, 10, 4], []]
+    pen = RowPenalties([1.3, 0.8, 1.1, 1.0, 1.2, 1.0], [0.0, 0.5, 0.0, 0.7, 0.3, 0.0], [0.0, 0.25, 0.0, 0.0, 1.5, 0.0],
+                       seen, outs, [{}, {3: -2.5}, {9: 100.0, 0: -1e9}, {}, {4: 0.1}, {}])
+    want, got = logits.clone(), logits.clone()
+    penalize_torch(want, pen)
+    penalize_cpu(got, pen)
+    assert torch.equal(got, want)
+    assert torch.equal(got[5], logits[5]) and not torch.equal(got[0], logits[0])
+    extended = pen.extended([[1], [2], [3], [4], [5], [6]])
+    assert extended.seen[0] == [3, 7, 7, 999, 500, 1] and extended.outputs[5] == [6]
+    want, got = logits.clone(), logits.clone()
+    penalize_torch(want, extended)
+    penalize_cpu(got, extended)
+    assert torch.equal(got, want)
+
+
+@built
+def test_penalties_kernel_rejects_tokens_outside_the_vocabulary():
+    pen = RowPenalties([1.0], [0.0], [0.0], [[]], [[]], [{64: 1.0}])
+    with pytest.raises(RuntimeError, match="bias: token 64 is outside the vocabulary of 64"):
+        penalize_cpu(torch.zeros(1, 64), pen)

@@ -38,9 +38,10 @@ def test_which_requests_go_back_to_back():
     assert steps_for([req()], 4, 5) == 2  # the context: 3 prompt tokens, room for 2
     assert steps_for([req()], 1, 100) == 1 and steps_for([], 4, 100) == 1
     assert steps_for([req(top_k=1, temperature=0.8)], 4, 100) == 4  # top_k 1 is greedy too
-    assert steps_for([req(), req(temperature=0.7, top_p=0.9, seed=1)], 4, 100) == 4  # sampled rows draw in the call
-    for other in (req(logprobs=True), req(repetition_penalty=1.1), req(presence_penalty=0.5),
-                  req(logit_bias={3: 1.0}), req(min_new_tokens=2)):
+    for grouped in (req(temperature=0.7, top_p=0.9, seed=1), req(repetition_penalty=1.1), req(presence_penalty=0.5),
+                    req(logit_bias={3: 1.0})):  # the call draws, penalizes and biases between its steps
+        assert steps_for([req(), grouped], 4, 100) == 4
+    for other in (req(logprobs=True), req(min_new_tokens=2)):
         assert steps_for([req(), other], 4, 100) == 1
     assert steps_for([req(output=2, min_new_tokens=2)], 4, 100) == 4  # past min_new_tokens, EOS is not blocked
 
@@ -58,7 +59,8 @@ def one_step(smol_model_fp32, smol_tokenizer):
 def params_for(one_step: Engine) -> list[dict]:
     """Requests that end at every offset inside a group of 4 steps: by length, by a stop string, by a stop token
     (each taken from the one-step output, so that it matches mid-way), after min_new_tokens; and sampled ones with
-    each filter, seeded, whose draws go in the groups too."""
+    each filter, seeded, whose draws go in the groups too; and ones with penalties and logit bias, which the
+    groups apply between their steps."""
     base = {"temperature": 0, "max_new_tokens": 23}
     first = one_step.generate(PROMPTS, base)
     stop_text = first[1]["text"][10:14]
@@ -68,13 +70,15 @@ def params_for(one_step: Engine) -> list[dict]:
             {**base, "min_new_tokens": 3, "max_new_tokens": 18},
             {"temperature": 0.8, "seed": 7, "max_new_tokens": 6},
             {"temperature": 0.7, "top_p": 0.9, "seed": 3, "max_new_tokens": 11},
-            {"temperature": 1.0, "top_k": 40, "min_p": 0.05, "seed": 4, "max_new_tokens": 17}]
+            {"temperature": 1.0, "top_k": 40, "min_p": 0.05, "seed": 4, "max_new_tokens": 17},
+            {**base, "repetition_penalty": 1.3, "logit_bias": {first[3]["output_ids"][2]: -100.0}},
+            {"temperature": 0.9, "seed": 5, "frequency_penalty": 0.8, "presence_penalty": 0.4, "max_new_tokens": 15}]
 
 
 @pytest.mark.parametrize("extra", [{}, {"max_total_tokens": 256, "page_size": 16}])
 def test_back_to_back_steps_give_the_one_step_outputs(one_step, smol_model_fp32, smol_tokenizer, extra):
     params = params_for(one_step)
-    prompts = PROMPTS + PROMPTS[:3]
+    prompts = (PROMPTS * 3)[:len(params)]
     expected = one_step.generate(prompts, params)
     grouped = Engine.from_model(smol_model_fp32, smol_tokenizer, decode_steps=4, check_invariants=True, **extra)
     for _ in range(2):  # the second time over the prefixes the first left in the radix cache
@@ -126,6 +130,7 @@ def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_c
     prompts = [[(7 * j + 3) % 250 for j in range(n)] for n in (5, 40, 17)]
     params = [{"temperature": 0, "max_new_tokens": n, "ignore_eos": True} for n in (9, 14, 4)]
     params[2] = {**params[2], "temperature": 0.9, "top_p": 0.95, "seed": 5, "max_new_tokens": 10}
+    params[0] = {**params[0], "repetition_penalty": 1.5, "frequency_penalty": 0.5, "logit_bias": {11: 3.0}}
     expected = one.generate(input_ids=prompts, sampling_params=params)
     stop = expected[1]["output_ids"][6]  # ends request 1 inside its second group
     params[1] = {**params[1], "stop_token_ids": [stop]}

@@ -7,14 +7,12 @@ reproduces whatever it is batched with.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from radixlm.kernels.sampling import RowSettings, sample_rows
+from radixlm.kernels.sampling import RowPenalties, RowSettings, penalize, sample_rows
 from radixlm.kernels.token_bitmask import apply_token_bitmask
 from radixlm.runtime.request import Req
 
@@ -26,32 +24,17 @@ class SampleOutput:
     top_logprobs: list[list[tuple[int, float]]] | None
 
 
-def apply_penalties(logits: torch.Tensor, reqs: list[Req]) -> None:
-    """In place. Repetition penalty over prompt + output (HF semantics); frequency / presence over output. Only
-    the columns of tokens seen are read and written (a pass over the vocabulary a penalty cost more than the
-    sampling itself)."""
-    for i, r in enumerate(reqs):
-        p = r.params
-        dev, row = logits.device, logits[i]
-        if p.logit_bias:
-            ids = torch.tensor([int(t) for t in p.logit_bias], device=dev)
-            row[ids] += torch.tensor(list(p.logit_bias.values()), dtype=logits.dtype, device=dev)
-        if not p.has_penalties:
-            continue
-        if p.repetition_penalty != 1:
-            seen = _ids(set(r.origin_input_ids).union(r.output_ids), dev)
-            vals = row[seen]
-            row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
-        if r.output_ids and (p.frequency_penalty or p.presence_penalty):
-            counts = Counter(r.output_ids)
-            n = torch.from_numpy(np.fromiter(counts.values(), np.float32, len(counts))).to(dev, logits.dtype)
-            row[_ids(counts, dev)] -= p.frequency_penalty * n + p.presence_penalty
-
-
-def _ids(ids: Iterable[int], dev: torch.device) -> torch.Tensor:
-    """Token ids -> int64 tensor (torch.tensor walks a list an element at a time)."""
-    ids = list(ids)
-    return torch.from_numpy(np.fromiter(ids, np.int64, len(ids))).to(dev)
+def row_penalties(reqs: list[Req]) -> RowPenalties | None:
+    """The requests' logit bias and penalties over their prompt and output so far; None when no request has any."""
+    if not any(r.params.logit_bias or r.params.has_penalties for r in reqs):
+        return None
+    params = [r.params for r in reqs]
+    return RowPenalties([p.repetition_penalty for p in params], [p.frequency_penalty for p in params],
+                        [p.presence_penalty for p in params],
+                        [r.origin_input_ids + r.output_ids if r.params.repetition_penalty != 1 else [] for r in reqs],
+                        [list(r.output_ids) if r.params.frequency_penalty or r.params.presence_penalty else []
+                         for r in reqs],
+                        [p.logit_bias or {} for p in params])
 
 
 def block_early_stop(logits: torch.Tensor, reqs: list[Req]) -> None:
@@ -77,7 +60,9 @@ def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
 
 def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
     """In place: everything that shapes a row before temperature (bias, penalties, min tokens, grammar)."""
-    apply_penalties(logits, reqs)
+    pen = row_penalties(reqs)
+    if pen is not None:
+        penalize(logits, pen, cpu_isa)
     block_early_stop(logits, reqs)
     apply_grammars(logits, reqs, cpu_isa)
 

@@ -1,13 +1,15 @@
-"""Decode steps back to back. When no running request needs the scheduler between its tokens (no penalties,
-bias, grammar or logprobs: each token is the argmax of the model's raw logits or a draw from them) and nothing
-else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens chosen from the one
-before, and does its own work (KV slots, stop checks, outputs) once for them all instead of once a token.
+"""Decode steps back to back. When no running request needs the scheduler between its tokens (no grammar or
+logprobs: each token is the argmax of the model's logits or a draw from them, after any logit bias and
+penalties) and nothing else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens
+chosen from the one before, and does its own work (KV slots, stop checks, outputs) once for them all instead
+of once a token.
 
 The tokens are those of single steps: a row's logits depend only on its own tokens (the kernels are
 batch-invariant), a greedy row takes the same argmax, and a sampled row the same draw (kernels/sampling.py, with
 the same uniforms: the group draws a request's K uniforms from its generator up front, as K single steps would
-one by one). A request that stops early keeps its tokens up to the stop; the KV of the ones after it is given
-back, as a rejected speculative draft's is.
+one by one), after the same bias and penalties, each step's token added to them. A request that stops early
+keeps its tokens up to the stop; the KV of the ones after it is given back, as a rejected speculative draft's
+is.
 """
 
 from __future__ import annotations
@@ -16,20 +18,20 @@ from collections.abc import Callable
 
 import torch
 
-from radixlm.kernels.sampling import StepDraws
+from radixlm.kernels.sampling import StepDraws, penalize
 from radixlm.runtime.batch import ForwardBatch, make_decode_batch
-from radixlm.runtime.decode.sampler import choose_tokens, row_settings
+from radixlm.runtime.decode.sampler import choose_tokens, row_penalties, row_settings
 from radixlm.runtime.decode.stopping import append_token
 from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.request import Req
 
 
 def plain_decode(req: Req) -> bool:
-    """Whether the request's next token comes from the model's logits with nothing applied to them: no logit bias,
-    penalties, grammar or logprobs, and past its min_new_tokens (no EOS blocked); greedy or sampled."""
+    """Whether the request's next tokens can be chosen without the scheduler between them: no grammar or logprobs,
+    and past its min_new_tokens (no EOS blocked); greedy or sampled, with or without logit bias and penalties
+    (the group applies them, adding each step's token)."""
     p = req.params
-    return (not p.logit_bias and not p.has_penalties and req.grammar is None and not req.logprob.return_logprob
-            and len(req.output_ids) >= p.min_new_tokens)
+    return req.grammar is None and not req.logprob.return_logprob and len(req.output_ids) >= p.min_new_tokens
 
 
 def steps_for(reqs: list[Req], limit: int, max_context: int) -> int:
@@ -42,15 +44,17 @@ def steps_for(reqs: list[Req], limit: int, max_context: int) -> int:
 
 
 def step_draws(reqs: list[Req], steps: int) -> StepDraws | None:
-    """None when every request is greedy; else every row's settings and each sampled request's next ``steps``
-    uniforms from its generator, drawn now (greedy rows' are 0 and unused)."""
-    if all(r.params.greedy for r in reqs):
+    """None when every request is greedy without bias or penalties; else every row's settings, each sampled
+    request's next ``steps`` uniforms from its generator, drawn now (greedy rows' are 0 and unused), and the rows'
+    bias and penalties."""
+    penalties = row_penalties(reqs)
+    if penalties is None and all(r.params.greedy for r in reqs):
         return None
     u = torch.zeros(len(reqs), steps, dtype=torch.float64)
     for i, r in enumerate(reqs):
         if not r.params.greedy:
             u[i] = torch.rand(steps, generator=r.generator, dtype=torch.float64)
-    return StepDraws(row_settings(reqs), u)
+    return StepDraws(row_settings(reqs), u, penalties)
 
 
 GroupedSteps = Callable[[ForwardBatch, list[torch.Tensor], StepDraws | None], list[list[int]] | None]
@@ -70,7 +74,10 @@ def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], 
     tokens: list[list[int]] = [[] for _ in reqs]
     for j in range(steps):
         batch = make_decode_batch(reqs, [loc[j:j + 1] for loc in locs], inputs=ids, offset=j)
-        ids = choose_tokens(forward(batch), reqs, cpu_isa, None if draws is None else draws.u[:, j].tolist()).tolist()
+        logits = forward(batch)
+        if draws is not None and draws.penalties is not None:
+            penalize(logits, draws.penalties.extended(tokens), cpu_isa)
+        ids = choose_tokens(logits, reqs, cpu_isa, None if draws is None else draws.u[:, j].tolist()).tolist()
         for out, token in zip(tokens, ids, strict=True):
             out.append(token)
     return tokens

@@ -134,9 +134,10 @@ class FusedLayers:
         seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
         rows = draws.rows if draws is not None else RowSettings([], [], [], [])
         u = draws.u if draws is not None else self.no_draws
+        settings, tokens = ([], []) if draws is None or draws.penalties is None else draws.penalties.packed()
         return self.layers.decode_steps(batch.input_ids, batch.positions, locs, table, batch.req_rows, seq, self.embed,
                                         self.model.lm_head.vocab_size, rows.temperature, rows.top_k, rows.top_p,
-                                        rows.min_p, u, self.isa).tolist()
+                                        rows.min_p, u, settings, tokens, self.isa).tolist()
 
     def profile_phases(self, on: bool) -> None:
         """Start (from zero) or stop summing where run()'s time goes, per thread and phase."""
