@@ -1,4 +1,5 @@
-"""What sampling costs: decode throughput with each sampling setting against greedy, in the same process.
+"""What sampling costs: decode throughput with each sampling setting (filters, penalties) against greedy, in the
+same process.
 
     python benchmarks/bench_sampling.py [--batch 1 8] [--tokens 128] [--rounds 2] [--out benchmarks/results/FILE.json]
 
@@ -24,6 +25,9 @@ SETTINGS = {
     "temperature 0.7, top_p 0.95": {"temperature": 0.7, "top_p": 0.95},
     "temperature 1, top_k 40": {"temperature": 1.0, "top_k": 40},
     "temperature 1, min_p 0.05": {"temperature": 1.0, "min_p": 0.05},
+    "temperature 0.7, repetition_penalty 1.1": {"temperature": 0.7, "repetition_penalty": 1.1},
+    "temperature 0.7, frequency / presence 0.5": {"temperature": 0.7, "frequency_penalty": 0.5,
+                                                  "presence_penalty": 0.5},
 }
 PROMPT = "Write a long story about a dragon who learns to cook."
 

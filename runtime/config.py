@@ -109,7 +109,7 @@ class SchedulerConfig:
     max_prefill_tokens: int = _opt(4096, "largest prefill batch, in tokens")
     max_running_requests: int = _opt(64, "most requests decoding at once")
     decode_steps: int = _opt(4, "requests decode up to this many tokens back to back while nothing else waits and "
-                             "none needs the scheduler between tokens (penalties, bias, grammar, logprobs): the "
+                             "none needs the scheduler between tokens (a grammar, logprobs, min_new_tokens): the "
                              "scheduler's work is paid once for them, and they stream in groups")
     enable_mixed_chunk: bool = _opt(False, "running requests decode their next token inside a prefill batch "
                                     "instead of waiting for it (slower on the CPU)")
