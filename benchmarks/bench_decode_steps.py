@@ -1,7 +1,7 @@
 """Decode with steps run back to back (``decode_steps``) against one step at a time, in one process.
 
     python benchmarks/bench_decode_steps.py [--batch 1 8] [--steps 1 4] [--tokens 128] [--rounds 5]
-        [--temperature 0.7 --top-p 0.95] [--out FILE.json]
+        [--temperature 0.7 --top-p 0.95] [--group-ms MS] [--out FILE.json]
 
 One Engine per ``decode_steps`` value on the embedded SmolLM2 (the defaults otherwise), ``ignore_eos``; greedy, or
 with ``--temperature`` sampled (request i seeded with i, so every setting must draw the same tokens);
@@ -40,13 +40,15 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--group-ms", type=float, default=None, help="decode_group_ms (default: the engine's)")
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     sampling = {"temperature": args.temperature, "top_p": args.top_p}
     from radixlm.runtime.engine import Engine
 
-    engines = {s: Engine(progress=False, decode_steps=s) for s in args.steps}
+    group = {} if args.group_ms is None else {"decode_group_ms": args.group_ms}
+    engines = {s: Engine(progress=False, decode_steps=s, **group) for s in args.steps}
     tok = engines[args.steps[0]].tokenizer
     prompts = {b: [text_of_tokens(tok, args.prompt_len, seed=i) for i in range(b)] for b in args.batch}
     rates = {(s, b): [] for s in args.steps for b in args.batch}
@@ -60,6 +62,7 @@ def main() -> None:
     same = all(outputs[s, b] == outputs[args.steps[0], b] for s in args.steps for b in args.batch)
     header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M Engine defaults"
     how = "greedy" if args.temperature == 0 else f"temperature {args.temperature}, top_p {args.top_p}"
+    how += f", decode_group_ms {engines[args.steps[0]].config.scheduler.decode_group_ms:g}"
     print(f"\n{header}, {args.tokens} tokens ({how}) after a {args.prompt_len}-token prompt, median of {args.rounds}")
     print("| batch | " + " | ".join(f"decode_steps {s}" for s in args.steps) + " |")
     print("|---|" + "---|" * len(args.steps))

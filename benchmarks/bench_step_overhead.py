@@ -51,7 +51,7 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False, decod
     from radixlm.runtime import scheduler as scheduler_module
     from radixlm.runtime.engine import Engine
 
-    engine = Engine(progress=False, decode_steps=decode_steps)
+    engine = Engine(progress=False, decode_steps=decode_steps, decode_group_ms=0)  # groups of decode_steps, always
     sched, totals = engine.scheduler, defaultdict(float)
     _wrap(sched, "step", "step", totals)
     _wrap(sched, "forward", "forward", totals)  # the runner's forward, as the scheduler calls it

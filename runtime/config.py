@@ -111,6 +111,9 @@ class SchedulerConfig:
     decode_steps: int = _opt(4, "requests decode up to this many tokens back to back while nothing else waits and "
                              "none needs the scheduler between tokens (a grammar, logprobs, min_new_tokens): the "
                              "scheduler's work is paid once for them, and they stream in groups")
+    decode_group_ms: float = _opt(50.0, "a group of back-to-back decode steps takes only the steps that fit in about "
+                                  "this many milliseconds of the recent decode step time, so that streams stay smooth "
+                                  "with large models and batches (0: no limit)")
     enable_mixed_chunk: bool = _opt(False, "running requests decode their next token inside a prefill batch "
                                     "instead of waiting for it (slower on the CPU)")
     max_queued_requests: int | None = _opt(None, "reject new requests beyond this many waiting")
@@ -124,6 +127,8 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         _check_positive(self, "chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "decode_steps")
+        if not self.decode_group_ms >= 0:
+            raise ValueError(f"decode_group_ms: must be >= 0, got {self.decode_group_ms}")
         _check_choices(self)
 
 

@@ -20,7 +20,7 @@ from radixlm.runtime.decode.grammar import jump_forward, poll_compiles
 from radixlm.runtime.decode.logprobs import logit_positions, record_output_logprob, record_prompt_logprobs
 from radixlm.runtime.decode.sampler import sample
 from radixlm.runtime.decode.speculative import SpecDecoder
-from radixlm.runtime.decode.step_groups import GroupedSteps, run_steps, steps_for, take_tokens
+from radixlm.runtime.decode.step_groups import GroupedSteps, StepClock, run_steps, steps_for, take_tokens
 from radixlm.runtime.decode.stopping import append_token
 from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.policy import CLIP_MAX_NEW_TOKENS, PrefillBudget, QueueItem, order_queue
@@ -45,6 +45,7 @@ class Scheduler:
         self.cpu_isa = cpu_isa  # the path of radixlm's C++ CPU kernels, None without them (sampler.apply_grammars)
         self.forward = forward
         self.decode_steps = decode_steps  # back-to-back decode steps in one call, where the runner has it
+        self.clock = StepClock(self.cfg.decode_group_ms / 1000)  # how many steps a group may take
         self.cache = cache
         self.max_context = max_context
         self.decode = decode
@@ -250,8 +251,10 @@ class Scheduler:
         self._watch(start, batch.mode, reqs)
         return logits
 
-    def _watch(self, start: float, what: str, reqs: list[Req]) -> None:
+    def _watch(self, start: float, what: str, reqs: list[Req], steps: int = 1) -> None:
         took = time.monotonic() - start
+        if what == "decode":
+            self.clock.observe(took, steps)
         if took > self.cfg.watchdog_timeout_s:
             log.error("watchdog: a %s step of %d requests took %.2f s (limit %.2f s); failing them",
                       what, len(reqs), took, self.cfg.watchdog_timeout_s)
@@ -267,7 +270,7 @@ class Scheduler:
         if plan is not None and not any(SpecDecoder.sizes(plan)):
             plan = None
         steps = 1 if plan is not None or self.waiting or self.grammar_queue or self.failures \
-            else steps_for(self.running, self.cfg.decode_steps, self.max_context)
+            else steps_for(self.running, self.clock.fit(self.cfg.decode_steps), self.max_context)
         while self.running:
             sizes = [1 + s for s in SpecDecoder.sizes(plan)] if plan else [steps] * len(self.running)
             locs = self._extend_all(self.running, sizes)
@@ -334,7 +337,7 @@ class Scheduler:
             self.stats["grouped_decode_steps"] += steps
             start = time.monotonic()
             tokens = run_steps(self.forward, reqs, locs, steps, self.decode_steps, self.cpu_isa)
-            self._watch(start, "decode", reqs)
+            self._watch(start, "decode", reqs, steps)
             return self._finish_step(reqs, take_tokens(reqs, tokens, self.cache, self.decode, self.max_context))
         logits = self._forward(make_decode_batch(reqs, locs), reqs)
         return self._decode_tail(reqs, logits)

@@ -47,7 +47,7 @@ def engine(weights: int, page_size: int = 1, chunk: int = 1024, radix: bool = Tr
     e = Engine.from_model(random_model(HEAD64, dtype=dtype, seed=0), None, quantization=quantization,
                           max_total_tokens=4096, page_size=page_size, chunked_prefill_size=chunk,
                           disable_radix_cache=not radix, enable_mixed_chunk=mixed, max_prefill_tokens=max_prefill,
-                          check_invariants=True, decode_steps=steps, **extra)
+                          check_invariants=True, decode_steps=steps, decode_group_ms=0, **extra)
     assert e.runner.invariance_gaps == [], e.runner.invariance_gaps
     return e
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
-from radixlm.runtime.decode.step_groups import steps_for
+from radixlm.runtime.decode.step_groups import StepClock, steps_for
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.messages import LogprobOptions, SamplingParams
 from radixlm.runtime.model.loader import random_model
@@ -49,6 +49,32 @@ def test_which_requests_go_back_to_back():
 def test_decode_steps_must_be_positive(tiny_model):
     with pytest.raises(ValueError, match="decode_steps"):
         Engine.from_model(tiny_model, decode_steps=0)
+    with pytest.raises(ValueError, match="decode_group_ms"):
+        Engine.from_model(tiny_model, decode_group_ms=-1.0)
+
+
+def test_a_group_takes_the_steps_that_fit_its_time_budget():
+    clock = StepClock(0.050)
+    assert clock.fit(4) == 1  # nothing timed yet
+    clock.observe(0.040, 4)  # 10 ms a step: 5 fit
+    assert clock.fit(4) == 4 and clock.fit(8) == 5
+    for _ in range(20):
+        clock.observe(0.030, 1)
+    assert clock.fit(4) == 1  # a step alone is over half the budget
+    assert StepClock(0.0).fit(4) == 4  # no limit
+
+
+def test_a_small_budget_keeps_steps_single_and_the_tokens_the_same(tiny_model):
+    params = [{"temperature": 0.8, "seed": 3, "max_new_tokens": 12, "ignore_eos": True},
+              {"temperature": 0, "max_new_tokens": 9, "ignore_eos": True}]
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    outputs = []
+    for budget_ms in (1e-6, 0.0):
+        engine = Engine.from_model(tiny_model, decode_group_ms=budget_ms)
+        outputs.append([o["output_ids"] for o in engine.generate(input_ids=prompts, sampling_params=params)])
+        grouped = engine.scheduler.stats["grouped_decode_steps"]
+        assert (grouped == 0) if budget_ms else (grouped > 0)
+    assert outputs[0] == outputs[1]
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +106,8 @@ def test_back_to_back_steps_give_the_one_step_outputs(one_step, smol_model_fp32,
     params = params_for(one_step)
     prompts = (PROMPTS * 3)[:len(params)]
     expected = one_step.generate(prompts, params)
-    grouped = Engine.from_model(smol_model_fp32, smol_tokenizer, decode_steps=4, check_invariants=True, **extra)
+    grouped = Engine.from_model(smol_model_fp32, smol_tokenizer, decode_steps=4, decode_group_ms=0,
+                                check_invariants=True, **extra)
     for _ in range(2):  # the second time over the prefixes the first left in the radix cache
         got = grouped.generate(prompts, params)
         for e, g in zip(expected, got, strict=True):
@@ -121,7 +148,7 @@ def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_c
 
     def build(steps: int) -> Engine:
         return Engine.from_model(model, None, quantization=quantization, max_total_tokens=4096, check_invariants=True,
-                                 decode_steps=steps)
+                                 decode_steps=steps, decode_group_ms=0)
 
     one, grouped = build(1), build(4)
     calls = []

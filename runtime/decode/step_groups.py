@@ -43,6 +43,27 @@ def steps_for(reqs: list[Req], limit: int, max_context: int) -> int:
     return max(1, min(limit, room))
 
 
+class StepClock:
+    """The recent decode step time (an exponential average of the seconds a step took, groups counted a step at a
+    time) and how many steps fit a group's time budget."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s  # 0: no limit
+        self.step_s: float | None = None  # None until a decode step was timed
+
+    def observe(self, seconds: float, steps: int) -> None:
+        each = seconds / steps
+        self.step_s = each if self.step_s is None else 0.75 * self.step_s + 0.25 * each
+
+    def fit(self, limit: int) -> int:
+        """At most ``limit`` steps, as many as fit the budget (at least 1; 1 until a step was timed)."""
+        if self.budget_s <= 0:
+            return limit
+        if self.step_s is None:
+            return 1
+        return max(1, min(limit, int(self.budget_s / max(self.step_s, 1e-9))))
+
+
 def step_draws(reqs: list[Req], steps: int) -> StepDraws | None:
     """None when every request is greedy without bias or penalties; else every row's settings, each sampled
     request's next ``steps`` uniforms from its generator, drawn now (greedy rows' are 0 and unused), and the rows'
