@@ -18,9 +18,8 @@ from radixlm.kernels.sampling import (
     sample_rows_torch,
 )
 
-built = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build (no C++ compiler?)")
-PATH_PARAMS = [pytest.param(p, marks=pytest.mark.skipif(p not in cpu_ext.supported(), reason=f"this CPU has no {p}"))
-               for p in cpu_ext.MACHINE_PATHS]
+from .test_cpu_kernels import PATH_PARAMS, built, isa
+
 # (temperature, top_k, top_p, min_p) a row: plain, each filter, all three, greedy
 SETTINGS = [(0.7, 0, 1.0, 0.0), (1.0, 0, 0.9, 0.0), (1.0, 40, 1.0, 0.0), (0.8, 0, 1.0, 0.05), (1.3, 20, 0.8, 0.01),
             (0.0, 0, 1.0, 0.0)]
@@ -28,10 +27,6 @@ SETTINGS = [(0.7, 0, 1.0, 0.0), (1.0, 0, 0.9, 0.0), (1.0, 40, 1.0, 0.0), (0.8, 0
 
 def rows_of(settings: list[tuple]) -> RowSettings:
     return RowSettings(*[list(col) for col in zip(*settings, strict=True)])
-
-
-def isa(path: str) -> int:
-    return cpu_ext.PATHS.index(path)
 
 
 def draws(logits: torch.Tensor, settings: list[tuple], us: torch.Tensor, fn) -> torch.Tensor:
