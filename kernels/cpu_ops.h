@@ -101,8 +101,8 @@ struct RowPenalty {
 // The rows' penalties from their packed form (kernels/sampling.py, RowPenalties.packed): settings [3R] (repetition,
 // frequency, presence a row) and tokens: seen ids [S] with offsets [R + 1], output ids [O] with offsets [R + 1],
 // bias ids [N], values [N] float32 and offsets [R + 1]; every id checked against vocab.
-std::vector<RowPenalty> row_penalties(at::ArrayRef<double> settings, const std::vector<at::Tensor>& tokens, int64_t rows,
-                                      int64_t vocab);
+std::vector<RowPenalty> row_penalties(at::ArrayRef<double> settings, const std::vector<at::Tensor>& tokens,
+                                      int64_t rows, int64_t vocab);
 // x's cells (rows x 64-column blocks) prepared for a weight of `bits` (quantized, or widened to float32),
 // then weight tiles [t0, t1) of y = x W^T from them, into y's columns from col0 (a multiple of 16: W may be
 // the last rows of a stacked weight whose parts differ in width)

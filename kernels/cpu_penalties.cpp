@@ -38,10 +38,11 @@ std::pair<const int64_t*, int64_t> row_ids(const at::Tensor& ids, const at::Tens
 
 }  // namespace
 
-std::vector<RowPenalty> row_penalties(at::ArrayRef<double> settings, const std::vector<at::Tensor>& tokens, int64_t rows,
-                                      int64_t vocab) {
+std::vector<RowPenalty> row_penalties(at::ArrayRef<double> settings, const std::vector<at::Tensor>& tokens,
+                                      int64_t rows, int64_t vocab) {
   TORCH_CHECK(static_cast<int64_t>(settings.size()) == 3 * rows && tokens.size() == 7,
-              "penalties: settings [3R] and 7 token tensors (seen, offsets, outputs, offsets, bias ids, values, offsets)");
+              "penalties: settings [3R] and 7 token tensors (seen, offsets, outputs, offsets, bias ids, values, "
+              "offsets)");
   for (const int i : {0, 1, 2, 3, 4, 6}) {
     TORCH_CHECK(tokens[i].scalar_type() == at::kLong && tokens[i].is_contiguous(), "penalties: token tensor ", i,
                 " must be contiguous int64");
@@ -70,7 +71,8 @@ std::vector<RowPenalty> row_penalties(at::ArrayRef<double> settings, const std::
 namespace {
 
 // logits [R, N] float32 (the first `cols` columns the vocabulary), in place.
-void penalize_rows(at::Tensor& logits, int64_t cols, at::ArrayRef<double> settings, const std::vector<at::Tensor>& tokens) {
+void penalize_rows(at::Tensor& logits, int64_t cols, at::ArrayRef<double> settings,
+                   const std::vector<at::Tensor>& tokens) {
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
               "logits must be float32 [R, N] with contiguous rows");
   TORCH_CHECK(cols >= 1 && cols <= logits.size(1), "cols must be 1-", logits.size(1), ", got ", cols);

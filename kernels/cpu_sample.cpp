@@ -4,8 +4,8 @@
 // for single steps on the CPU, so a request's tokens are the same either way. Torch reference: sampling.py
 // (sample_rows_torch); the exponentials' body: cpu_sample_body.h.
 //
-// sample_rows, one row: x = logits * (1 / t), p = softmax(x). A row with no filter (top_k 0, top_p >= 1, min_p 0) draws
-// over the vocabulary in column order; a row with one ranks the tokens by p (ties: the lower column first) and
+// sample_rows, one row: x = logits * (1 / t), p = softmax(x). A row with no filter (top_k 0, top_p >= 1, min_p 0)
+// draws over the vocabulary in column order; a row with one ranks the tokens by p (ties: the lower column first) and
 // keeps the prefix of the ranking whose rank is below top_k, whose mass before it is below top_p, and whose p is at
 // least min_p times the top p (the first always stays), then draws among them in rank order. The draw: the
 // first column whose running sum of weights exceeds u times their total. A row with t = 0 takes the argmax; a row

@@ -1,6 +1,6 @@
 """Shape and draw one token per row of logits: logit bias and penalties (penalize), then temperature, top-k /
-top-p / min-p and inverse transform sampling with a given uniform u per row (the caller draws u from each request's own generator, so a row's token depends on its
-own logits, settings and u only, never on its batch).
+top-p / min-p and inverse transform sampling with a given uniform u per row (the caller draws u from each
+request's own generator, so a row's token depends on its own logits, settings and u only, never on its batch).
 
 The torch versions are the reference (and the path on GPUs and without radixlm's C++ kernels); cpu_sample.cpp
 and cpu_penalties.cpp are the CPU path with them, which the fused layers also run between the decode steps of
