@@ -86,7 +86,7 @@ at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols);
 at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, at::ArrayRef<double> temperature,
                        at::ArrayRef<int64_t> top_k, at::ArrayRef<double> top_p, at::ArrayRef<double> min_p,
                        at::ArrayRef<double> u, int64_t isa);
-// One row's logit bias and penalties, applied as the Python sampler's apply_penalties does, bit for bit (float32,
+// One row's logit bias and penalties, applied as sampling.penalize_torch does, bit for bit (float32,
 // each scalar rounded to float32 first): bias added, the repetition penalty over the tokens seen (prompt and
 // output; a positive logit divided by it, the others multiplied), then frequency * count + presence subtracted
 // for each output token. cpu_penalties.cpp.

@@ -12,10 +12,10 @@ inline void exp_blocks(const float* row, float scale, float m, int64_t c0, int64
     for (int64_t j = b0; j < std::min(b0 + 256, n); j += 16) {
       const int64_t k = std::min<int64_t>(16, n - j);
       F16 v = fexp(sub(mul(k == 16 ? fload(row + j) : fload_n(row + j, k), s), top));
-      if (k < 16) v = keep_first(v, k);
       if (k == 16) {
         fstore(e + j, v);
       } else {
+        v = keep_first(v, k);
         fstore_n(e + j, v, k);
       }
       sum = add(sum, v);

@@ -80,8 +80,7 @@ def penalize_torch(logits: torch.Tensor, pen: RowPenalties) -> None:
     dev = logits.device
     for i, row in enumerate(logits):
         if pen.bias[i]:
-            ids = torch.tensor(list(pen.bias[i]), dtype=torch.int64, device=dev)
-            row[ids] += torch.tensor(list(pen.bias[i].values()), dtype=logits.dtype, device=dev)
+            row[_ids(pen.bias[i], dev)] += torch.tensor(list(pen.bias[i].values()), dtype=logits.dtype, device=dev)
         if pen.repetition[i] != 1 and pen.seen[i]:
             seen = _ids(set(pen.seen[i]), dev)
             vals = row[seen]
@@ -104,9 +103,15 @@ def penalize_cpu(logits: torch.Tensor, pen: RowPenalties) -> None:
     torch.ops.radixlm_cpu.penalize_rows(logits, logits.shape[1], settings, tokens)
 
 
+def _cpu_kernels_take(logits: torch.Tensor, isa: int | None) -> bool:
+    """Whether the C++ ops take these logits: float32 rows, contiguous, on the CPU, with radixlm's CPU kernels
+    (isa None: without them)."""
+    return isa is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1
+
+
 def penalize(logits: torch.Tensor, pen: RowPenalties, isa: int | None = None) -> None:
-    """Dispatch as sample_rows does (isa None: without radixlm's CPU kernels)."""
-    if isa is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1:
+    """Dispatch: the C++ op where it takes the logits (_cpu_kernels_take), torch's ops otherwise."""
+    if _cpu_kernels_take(logits, isa):
         penalize_cpu(logits, pen)
     else:
         penalize_torch(logits, pen)
@@ -199,8 +204,8 @@ def sample_rows_cpu(logits: torch.Tensor, rows: RowSettings, u: list[float], isa
 
 
 def sample_rows(logits: torch.Tensor, rows: RowSettings, u: list[float], isa: int | None = None) -> torch.Tensor:
-    """Dispatch: on the CPU the C++ kernel on path ``isa`` for float32 logits with contiguous rows (None: the
-    caller runs without radixlm's CPU kernels), torch's ops otherwise."""
-    if isa is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1:
+    """Dispatch: the C++ kernel on path ``isa`` where it takes the logits (_cpu_kernels_take), torch's ops
+    otherwise."""
+    if _cpu_kernels_take(logits, isa):
         return sample_rows_cpu(logits, rows, u, isa)
     return sample_rows_torch(logits, rows, u)

@@ -62,7 +62,7 @@ def _head_weights(model: LlamaForCausalLM) -> list[torch.Tensor]:
 
 
 def _embed_tables(model: LlamaForCausalLM) -> list[torch.Tensor]:
-    """The embedding table as the call's greedy steps look rows up in it: the dense [V, H] weight, or an int8
+    """The embedding table as the call's decode steps look rows up in it: the dense [V, H] weight, or an int8
     table's (q, d); else none (its rows are looked up from Python, step by step)."""
     embed = model.embed_tokens
     if embed.weight is not None:
@@ -126,8 +126,8 @@ class FusedLayers:
     @torch.inference_mode()
     def decode_steps(self, batch: ForwardBatch, table: torch.Tensor, locs: torch.Tensor,
                      draws: StepDraws | None) -> list[list[int]] | None:
-        """A decode batch of each request's last token, locs [B, K] its next K slots and the sampled rows' draws
-        (None: all greedy) -> each request's K tokens, the forward passes and token choices of K single steps in
+        """A decode batch of each request's last token, locs [B, K] its next K slots and what the rows choose with
+        (None: every row greedy, without bias or penalties) -> each request's K tokens, the forward passes and token choices of K single steps in
         one call; None where the call cannot (no LM head or embedding table inside it)."""
         if not self.embed or batch.num_layers is not None:
             return None
