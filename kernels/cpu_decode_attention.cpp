@@ -69,9 +69,13 @@ void check_pool(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 at::Tensor run_all(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
                    const at::Tensor& v, int64_t isa) {
   at::Tensor out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
-  at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t i0, int64_t i1) {
+  const int64_t nt = at::get_num_threads();
+  const std::vector<int64_t> bounds = balanced_bounds(tasks, static_cast<int64_t>(tasks.size()), nt);
+  at::parallel_for(0, nt, 1, [&](int64_t t0, int64_t t1) {
     Scratch scratch;
-    run_attention(tasks, q, k, v, out, i0, i1, scratch, isa);
+    for (int64_t t = t0; t < t1; ++t) {
+      if (bounds[t] < bounds[t + 1]) run_attention(tasks, q, k, v, out, bounds[t], bounds[t + 1], scratch, isa);
+    }
   });
   return out;
 }
@@ -182,10 +186,28 @@ void run_shared_typed(const std::vector<AttentionTask>& tasks, const at::Tensor&
 
 }  // namespace
 
+std::vector<int64_t> balanced_bounds(const std::vector<AttentionTask>& tasks, int64_t count, int64_t nt) {
+  std::vector<int64_t> work(count + 1, 0);  // work[i]: tasks [0, i)'s, in row-keys (+ a task's fixed cost)
+  for (int64_t i = 0; i < count; ++i) {
+    const AttentionTask& t = tasks[i];
+    work[i + 1] = work[i] + t.qr.n * t.qr.g * (t.rows.len - (t.qr.n - 1) / 2) + 64;
+  }
+  std::vector<int64_t> bounds(nt + 1, count);
+  bounds[0] = 0;
+  for (int64_t t = 1; t < nt; ++t) {  // the cut nearest to t / nt of the work, never before the last one
+    const int64_t target = work[count] * t / nt;
+    int64_t i = std::lower_bound(work.begin(), work.end(), target) - work.begin();
+    if (i > 0 && target - work[i - 1] < work[i] - target) --i;
+    bounds[t] = std::max(bounds[t - 1], i);
+  }
+  return bounds;
+}
+
 SharedAttention plan_shared_attention(const std::vector<AttentionTask>& tasks, int64_t nt, int64_t isa) {
   SharedAttention sh;
   const int64_t count = static_cast<int64_t>(tasks.size());
   sh.first = isa == kAvx512Bf16 || nt <= 1 ? count : count - count % nt;
+  sh.bounds = balanced_bounds(tasks, sh.first, std::max<int64_t>(nt, 1));
   int64_t scores = 0, inv = 0;
   for (int64_t i = sh.first; i < count; ++i) {
     const int64_t r_count = tasks[i].qr.n * tasks[i].qr.g;

@@ -179,7 +179,7 @@ void layer_phases(const LayerCall& c, const LayerWeights& lw, const at::Tensor& 
     rope_store_range(b.qkv, lw.bias, c.cos, c.sin, c.pos, k_cache, v_cache, c.loc, heads, b.q, c.isa);
   }
   clock.barrier(2);
-  auto [a0, a1] = thread_part(c.shared.first, tid, nt);
+  auto [a0, a1] = own_tasks(c.shared, tid, nt);
   if (a0 < a1) run_attention(c.tasks, b.q, k_cache, v_cache, b.attn, a0, a1, scratch, c.isa);
   run_shared_attention(c.tasks, b.q, k_cache, v_cache, b.attn, c.shared, tid, nt, scratch, c.isa);
   clock.barrier(3);

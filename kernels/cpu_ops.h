@@ -49,6 +49,13 @@ inline std::pair<int64_t, int64_t> thread_part(int64_t count, int tid, int nt, i
   return {b, std::min(count, b + per)};
 }
 
+// Thread tid's tasks of [0, shared.first), which it runs alone: its balanced range, or an even count of
+// tasks if the parallel region has another number of threads than the plan.
+inline std::pair<int64_t, int64_t> own_tasks(const SharedAttention& shared, int tid, int nt) {
+  if (static_cast<int64_t>(shared.bounds.size()) != nt + 1) return thread_part(shared.first, tid, nt);
+  return {shared.bounds[tid], shared.bounds[tid + 1]};
+}
+
 // Thread `tid`'s cells of a row-wise phase whose rows split into independent units (64-column blocks, heads):
 // rows [r0, r1) x units [u0, u1). Whole rows when there is a row for every thread, else its part of every
 // row's units, so that no thread idles at batch 1. Each unit is computed alone, so the split never changes bits.
@@ -124,6 +131,9 @@ std::vector<AttentionTask> extend_tasks(const at::Tensor& q, const at::Tensor& k
                                         const at::Tensor& row_ids = at::Tensor());
 void run_attention(const std::vector<AttentionTask>& tasks, const at::Tensor& q, const at::Tensor& k,
                    const at::Tensor& v, at::Tensor& out, int64_t i0, int64_t i1, Scratch& scratch, int64_t isa);
+// nt + 1 bounds that cut tasks [0, count) into contiguous ranges of about equal work (query rows x the keys
+// they see): an extend's causal tasks see more keys chunk by chunk, and lengths differ between requests.
+std::vector<int64_t> balanced_bounds(const std::vector<AttentionTask>& tasks, int64_t count, int64_t nt);
 // Which tasks nt threads run together (the last tasks.size() % nt; none on the AVX512-BF16 path, whose
 // attention is not staged), with their buffers.
 SharedAttention plan_shared_attention(const std::vector<AttentionTask>& tasks, int64_t nt, int64_t isa);

@@ -106,8 +106,10 @@ struct Scratch {  // one thread's working memory for attention tasks
 // The attention tasks [first, count) that all the threads of a parallel region run together, stage by stage
 // (the remainder when the tasks do not divide evenly among the threads): task i's scores [r_count, stride] at
 // scores + score_at[i - first], its 1 / sums [r_count] at inv_sum + inv_at[i - first]. Zeroed once.
+// Thread t runs tasks [bounds[t], bounds[t + 1]) of [0, first) alone, each whole.
 struct SharedAttention {
   int64_t first = 0;
+  std::vector<int64_t> bounds;
   std::vector<float> scores, inv_sum;
   std::vector<int64_t> score_at, inv_at;
 };
