@@ -41,8 +41,8 @@ def test_which_requests_go_back_to_back():
     for grouped in (req(temperature=0.7, top_p=0.9, seed=1), req(repetition_penalty=1.1), req(presence_penalty=0.5),
                     req(logit_bias={3: 1.0})):  # the call draws, penalizes and biases between its steps
         assert steps_for([req(), grouped], 4, 100) == 4
-    for other in (req(logprobs=True), req(min_new_tokens=2)):
-        assert steps_for([req(), other], 4, 100) == 1
+    assert steps_for([req(), req(logprobs=True)], 4, 100) == 1
+    assert steps_for([req(), req(min_new_tokens=2)], 4, 100) == 2  # EOS blocked for 2 more tokens: a group ends there
     assert steps_for([req(output=2, min_new_tokens=2)], 4, 100) == 4  # past min_new_tokens, EOS is not blocked
 
 
@@ -84,16 +84,23 @@ def one_step(smol_model_fp32, smol_tokenizer):
 
 def params_for(one_step: Engine) -> list[dict]:
     """Requests that end at every offset inside a group of 4 steps: by length, by a stop string, by a stop token
-    (each taken from the one-step output, so that it matches mid-way), after min_new_tokens; and sampled ones with
-    each filter, seeded, whose draws go in the groups too; and ones with penalties and logit bias, which the
+    (each taken from the one-step output, so that it matches mid-way), after min_new_tokens, and stop tokens
+    that min_new_tokens blocks at first (the one-step output's tokens 1 and 2, greedy and sampled; and the token
+    that comes first once they are no longer blocked); sampled ones
+    with each filter, seeded, whose draws go in the groups too; and ones with penalties and logit bias, which the
     groups apply between their steps."""
     base = {"temperature": 0, "max_new_tokens": 23}
     first = one_step.generate(PROMPTS, base)
     stop_text = first[1]["text"][10:14]
+    blocked = {**base, "min_new_tokens": 7, "stop_token_ids": first[0]["output_ids"][1:3]}
+    unblocked = one_step.generate(PROMPTS[0], blocked)["output_ids"][7]  # the first token past min_new_tokens
     return [{**base, "max_new_tokens": 13},
             {**base, "stop": [stop_text]},
             {**base, "stop_token_ids": [first[2]["output_ids"][6]]},
             {**base, "min_new_tokens": 3, "max_new_tokens": 18},
+            {**blocked, "stop_token_ids": [*blocked["stop_token_ids"], unblocked]},  # stops right at min_new_tokens
+            {"temperature": 0.9, "seed": 6, "min_new_tokens": 5, "max_new_tokens": 14,
+             "stop_token_ids": first[1]["output_ids"][1:3]},
             {"temperature": 0.8, "seed": 7, "max_new_tokens": 6},
             {"temperature": 0.7, "top_p": 0.9, "seed": 3, "max_new_tokens": 11},
             {"temperature": 1.0, "top_k": 40, "min_p": 0.05, "seed": 4, "max_new_tokens": 17},

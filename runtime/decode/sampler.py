@@ -24,9 +24,19 @@ class SampleOutput:
     top_logprobs: list[list[tuple[int, float]]] | None
 
 
+def early_stop_bias(req: Req) -> dict[int, float]:
+    """Before min_new_tokens, EOS and the stop token ids cannot be chosen: a bias of -inf on them (the penalties
+    leave -inf as it is)."""
+    if len(req.output_ids) >= req.params.min_new_tokens:
+        return {}
+    return dict.fromkeys([*req.eos_ids, *req.params.stop_token_ids], float("-inf"))
+
+
 def row_penalties(reqs: list[Req]) -> RowPenalties | None:
-    """The requests' logit bias and penalties over their prompt and output so far; None when no request has any."""
-    if not any(r.params.logit_bias or r.params.has_penalties for r in reqs):
+    """The requests' logit bias (with EOS and the stop tokens blocked before min_new_tokens) and penalties over
+    their prompt and output so far; None when no request has any."""
+    blocked = [early_stop_bias(r) for r in reqs]
+    if not any(r.params.logit_bias or r.params.has_penalties for r in reqs) and not any(blocked):
         return None
     params = [r.params for r in reqs]
     return RowPenalties([p.repetition_penalty for p in params], [p.frequency_penalty for p in params],
@@ -34,16 +44,7 @@ def row_penalties(reqs: list[Req]) -> RowPenalties | None:
                         [r.origin_input_ids + r.output_ids if r.params.repetition_penalty != 1 else [] for r in reqs],
                         [list(r.output_ids) if r.params.frequency_penalty or r.params.presence_penalty else []
                          for r in reqs],
-                        [p.logit_bias or {} for p in params])
-
-
-def block_early_stop(logits: torch.Tensor, reqs: list[Req]) -> None:
-    """Before min_new_tokens, EOS and stop token ids cannot be sampled."""
-    for i, r in enumerate(reqs):
-        if len(r.output_ids) < r.params.min_new_tokens:
-            ids = list(r.eos_ids) + list(r.params.stop_token_ids)
-            if ids:
-                logits[i, ids] = float("-inf")
+                        [{**(p.logit_bias or {}), **b} for p, b in zip(params, blocked, strict=True)])
 
 
 def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
@@ -59,11 +60,10 @@ def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = 
 
 
 def process_logits(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
-    """In place: everything that shapes a row before temperature (bias, penalties, min tokens, grammar)."""
+    """In place: everything that shapes a row before temperature (bias, min tokens, penalties, grammar)."""
     pen = row_penalties(reqs)
     if pen is not None:
         penalize(logits, pen, cpu_isa)
-    block_early_stop(logits, reqs)
     apply_grammars(logits, reqs, cpu_isa)
 
 

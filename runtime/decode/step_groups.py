@@ -1,6 +1,6 @@
 """Decode steps back to back. When no running request needs the scheduler between its tokens (no grammar or
-logprobs: each token is the argmax of the model's logits or a draw from them, after any logit bias and
-penalties) and nothing else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens
+logprobs: each token is the argmax of the model's logits or a draw from them, after any logit bias, blocked
+stops and penalties) and nothing else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens
 chosen from the one before, and does its own work (KV slots, stop checks, outputs) once for them all instead
 of once a token.
 
@@ -27,20 +27,26 @@ from radixlm.runtime.request import Req
 
 
 def plain_decode(req: Req) -> bool:
-    """Whether the request's next tokens can be chosen without the scheduler between them: no grammar or logprobs,
-    and past its min_new_tokens (no EOS blocked); greedy or sampled, with or without logit bias and penalties
-    (the group applies them, adding each step's token)."""
-    p = req.params
-    return req.grammar is None and not req.logprob.return_logprob and len(req.output_ids) >= p.min_new_tokens
+    """Whether the request's next tokens can be chosen without the scheduler between them: no grammar or logprobs;
+    greedy or sampled, with or without logit bias, penalties and blocked stops (the group applies them, adding
+    each step's token)."""
+    return req.grammar is None and not req.logprob.return_logprob
+
+
+def room(req: Req, max_context: int) -> int:
+    """The steps a group may take for the request: the new tokens it may still take (its max_new_tokens, the
+    context) and, before its min_new_tokens, no more than the steps its EOS and stops stay blocked."""
+    left = min(req.params.max_new_tokens - len(req.output_ids), max_context - len(req.fill_ids))
+    early = req.params.min_new_tokens - len(req.output_ids)
+    return min(left, early) if early > 0 else left
 
 
 def steps_for(reqs: list[Req], limit: int, max_context: int) -> int:
-    """How many steps to run back to back: 1 unless every request is plain, and never more than the fewest new
-    tokens any request may still take (its max_new_tokens, the context)."""
+    """How many steps to run back to back: 1 unless every request is plain, and never more than the fewest any
+    request has room for."""
     if limit <= 1 or not reqs or not all(plain_decode(r) for r in reqs):
         return 1
-    room = min(min(r.params.max_new_tokens - len(r.output_ids), max_context - len(r.fill_ids)) for r in reqs)
-    return max(1, min(limit, room))
+    return max(1, min(limit, *(room(r, max_context) for r in reqs)))
 
 
 class StepClock:
