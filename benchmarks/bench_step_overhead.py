@@ -8,8 +8,8 @@ own. The parts are timed by wrapping the functions the scheduler calls on this e
 the package is changed); ``step`` is the whole ``Scheduler.step``, so ``step - forward`` is the scheduler's
 share, the CPU work that a forward pass on another core could hide. ``--phases``: the fused layers' own profile
 too, each thread's work and wait at the barrier per phase of a layer, summed over the layers (µs a step).
-``--decode-steps N``: the engine's groups of N steps (1, the default here, is one token a step, as requests with
-penalties, grammars or logprobs decode); the figures are then per token, and a group's call (its embedding
+``--decode-steps N``: the engine's groups of N steps (1, the default here, is one token a step, as requests under
+a grammar decode); the figures are then per token, and a group's call (its embedding
 lookups, layers, LM heads and argmaxes) counts as the forward and the layers.
 """
 

@@ -109,7 +109,7 @@ class SchedulerConfig:
     max_prefill_tokens: int = _opt(4096, "largest prefill batch, in tokens")
     max_running_requests: int = _opt(64, "most requests decoding at once")
     decode_steps: int = _opt(4, "requests decode up to this many tokens back to back while nothing else waits and "
-                             "none needs the scheduler between tokens (a grammar, logprobs): the "
+                             "none needs the scheduler between tokens (a grammar): the "
                              "scheduler's work is paid once for them, and they stream in groups")
     decode_group_ms: float = _opt(50.0, "a group of back-to-back decode steps takes only the steps that fit in about "
                                   "this many milliseconds of the recent decode step time, so that streams stay smooth "

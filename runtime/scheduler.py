@@ -336,9 +336,10 @@ class Scheduler:
         if steps > 1:
             self.stats["grouped_decode_steps"] += steps
             start = time.monotonic()
-            tokens = run_steps(self.forward, reqs, locs, steps, self.decode_steps, self.cpu_isa)
+            tokens, logprobs = run_steps(self.forward, reqs, locs, steps, self.decode_steps, self.cpu_isa)
             self._watch(start, "decode", reqs, steps)
-            return self._finish_step(reqs, take_tokens(reqs, tokens, self.cache, self.decode, self.max_context))
+            starts = take_tokens(reqs, tokens, self.cache, self.decode, self.max_context, logprobs)
+            return self._finish_step(reqs, starts)
         logits = self._forward(make_decode_batch(reqs, locs), reqs)
         return self._decode_tail(reqs, logits)
 

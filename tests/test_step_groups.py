@@ -41,7 +41,7 @@ def test_which_requests_go_back_to_back():
     for grouped in (req(temperature=0.7, top_p=0.9, seed=1), req(repetition_penalty=1.1), req(presence_penalty=0.5),
                     req(logit_bias={3: 1.0})):  # the call draws, penalizes and biases between its steps
         assert steps_for([req(), grouped], 4, 100) == 4
-    assert steps_for([req(), req(logprobs=True)], 4, 100) == 1
+    assert steps_for([req(), req(logprobs=True)], 4, 100) == 4  # each step's logits kept for them
     assert steps_for([req(), req(min_new_tokens=2)], 4, 100) == 2  # EOS blocked for 2 more tokens: a group ends there
     assert steps_for([req(output=2, min_new_tokens=2)], 4, 100) == 4  # past min_new_tokens, EOS is not blocked
 
@@ -128,6 +128,23 @@ def test_back_to_back_steps_give_the_one_step_outputs(one_step, smol_model_fp32,
     assert grouped.cache.tree.protected_size == 0
 
 
+def test_back_to_back_steps_give_the_one_step_logprobs(one_step, smol_model_fp32, smol_tokenizer):
+    """A request asking for logprobs decodes in groups too: each step's logits are kept for them, and every token
+    up to a stop gets the logprob and the top ones that a single step gives it, bit for bit."""
+    params = params_for(one_step)
+    prompts = (PROMPTS * 3)[:len(params)]
+    asked = {"return_logprob": True, "top_logprobs_num": 3}
+    expected = one_step.generate(prompts, params, **asked)
+    grouped = Engine.from_model(smol_model_fp32, smol_tokenizer, decode_steps=4, decode_group_ms=0)
+    got = grouped.generate(prompts, params, **asked)
+    for e, g in zip(expected, got, strict=True):
+        assert g["output_ids"] == e["output_ids"]
+        assert len(g["meta_info"]["output_token_logprobs"]) == len(g["output_ids"])
+        for key in ("output_token_logprobs", "output_top_logprobs"):
+            assert g["meta_info"][key] == e["meta_info"][key]
+    assert grouped.scheduler.stats["grouped_decode_steps"] > 0
+
+
 @needs_kernels
 def test_argmax_rows_is_torchs_argmax():
     logits = torch.randn(6, 1000)
@@ -171,6 +188,13 @@ def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_c
     expected = one.generate(input_ids=prompts, sampling_params=params)
     got = grouped.generate(input_ids=prompts, sampling_params=params)
     assert [g["output_ids"] for g in got] == [e["output_ids"] for e in expected]
+    asked = {"return_logprob": True, "top_logprobs_num": 2}  # each step's logits kept for them, in either form
+    expected = one.generate(input_ids=prompts, sampling_params=params, **asked)
+    got = grouped.generate(input_ids=prompts, sampling_params=params, **asked)
+    for e, g in zip(expected, got, strict=True):
+        assert g["output_ids"] == e["output_ids"]
+        assert g["meta_info"]["output_token_logprobs"] == e["meta_info"]["output_token_logprobs"]
+        assert g["meta_info"]["output_top_logprobs"] == e["meta_info"]["output_top_logprobs"]
     assert calls and all((c is not None) == in_call for c in calls)
     grouped.check_invariants()
     assert grouped.cache.tree.protected_size == 0

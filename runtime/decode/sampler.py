@@ -104,11 +104,16 @@ def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) ->
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
     process_logits(logits, reqs, cpu_isa)
     tokens = choose_tokens(logits, reqs, cpu_isa)
-    token_list = tokens.tolist()
     if raw_logprobs is None:
-        return SampleOutput(token_list, None, None)
+        return SampleOutput(tokens.tolist(), None, None)
+    return with_logprobs(raw_logprobs, tokens, reqs)
+
+
+def with_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor, reqs: list[Req]) -> SampleOutput:
+    """The chosen tokens int64 [B] with their logprobs and each row's top ones, from the log-softmax [B, V] of the
+    model's own logits."""
     chosen = raw_logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
-    return SampleOutput(token_list, chosen, top_logprobs(raw_logprobs, [r.logprob.top_logprobs_num for r in reqs]))
+    return SampleOutput(tokens.tolist(), chosen, top_logprobs(raw_logprobs, [r.logprob.top_logprobs_num for r in reqs]))
 
 
 def top_logprobs(logprobs: torch.Tensor, nums: list[int]) -> list[list[tuple[int, float]]] | None:

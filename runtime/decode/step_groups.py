@@ -1,6 +1,6 @@
-"""Decode steps back to back. When no running request needs the scheduler between its tokens (no grammar or
-logprobs: each token is the argmax of the model's logits or a draw from them, after any logit bias, blocked
-stops and penalties) and nothing else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens
+"""Decode steps back to back. When no running request needs the scheduler between its tokens (no grammar: each
+token is the argmax of the model's logits or a draw from them, after any logit bias, blocked stops and
+penalties; logprobs come from each step's logits kept for them) and nothing else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens
 chosen from the one before, and does its own work (KV slots, stop checks, outputs) once for them all instead
 of once a token.
 
@@ -20,17 +20,24 @@ import torch
 
 from radixlm.kernels.sampling import StepDraws, penalize
 from radixlm.runtime.batch import ForwardBatch, make_decode_batch
-from radixlm.runtime.decode.sampler import choose_tokens, row_penalties, row_settings
+from radixlm.runtime.decode.logprobs import record_output_logprob
+from radixlm.runtime.decode.sampler import (
+    SampleOutput,
+    choose_tokens,
+    row_penalties,
+    row_settings,
+    with_logprobs,
+)
 from radixlm.runtime.decode.stopping import append_token
 from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.request import Req
 
 
 def plain_decode(req: Req) -> bool:
-    """Whether the request's next tokens can be chosen without the scheduler between them: no grammar or logprobs;
-    greedy or sampled, with or without logit bias, penalties and blocked stops (the group applies them, adding
-    each step's token)."""
-    return req.grammar is None and not req.logprob.return_logprob
+    """Whether the request's next tokens can be chosen without the scheduler between them: no grammar; greedy or
+    sampled, with or without logit bias, penalties and blocked stops (the group applies them, adding each step's
+    token) and logprobs."""
+    return req.grammar is None
 
 
 def room(req: Req, max_context: int) -> int:
@@ -84,39 +91,64 @@ def step_draws(reqs: list[Req], steps: int) -> StepDraws | None:
     return StepDraws(row_settings(reqs), u, penalties)
 
 
-GroupedSteps = Callable[[ForwardBatch, list[torch.Tensor], StepDraws | None], list[list[int]] | None]
+# (batch, locs, draws, keep_raw) -> each request's tokens and, with keep_raw, each step's logits [K, B, V]; or None
+GroupedSteps = Callable[[ForwardBatch, list[torch.Tensor], StepDraws | None, bool],
+                        tuple[list[list[int]], torch.Tensor | None] | None]
 
 
 def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], locs: list[torch.Tensor],
-              steps: int, in_one_call: GroupedSteps | None = None, cpu_isa: int | None = None) -> list[list[int]]:
+              steps: int, in_one_call: GroupedSteps | None = None,
+              cpu_isa: int | None = None) -> tuple[list[list[int]], list[SampleOutput] | None]:
     """``steps`` decode forwards, each request fed its last token and then its own chosen ones; locs[i]: request
-    i's ``steps`` new KV slots -> tokens[i], its ``steps`` tokens in order. ``in_one_call`` (the runner's
+    i's ``steps`` new KV slots -> tokens[i], its ``steps`` tokens in order, and where a request asked for logprobs,
+    each step's tokens with them (as a single step's sample gives them). ``in_one_call`` (the runner's
     decode_steps) runs them all in one call where it can; ``cpu_isa``: the sampler's kernel path."""
     draws = step_draws(reqs, steps)
+    keep_raw = any(r.logprob.return_logprob for r in reqs)
     if in_one_call is not None:
-        grouped = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs, draws)
+        grouped = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs, draws, keep_raw)
         if grouped is not None:
-            return grouped
+            tokens, raw = grouped
+            return tokens, step_logprobs(raw, tokens, reqs)
     ids = [r.output_ids[-1] for r in reqs]
     tokens: list[list[int]] = [[] for _ in reqs]
+    raws = []
     for j in range(steps):
         batch = make_decode_batch(reqs, [loc[j:j + 1] for loc in locs], inputs=ids, offset=j)
         logits = forward(batch)
+        if keep_raw:
+            raws.append(logits.clone())
         if draws is not None and draws.penalties is not None:
             penalize(logits, draws.penalties.extended(tokens), cpu_isa)
         ids = choose_tokens(logits, reqs, cpu_isa, None if draws is None else draws.u[:, j].tolist()).tolist()
         for out, token in zip(tokens, ids, strict=True):
             out.append(token)
-    return tokens
+    return tokens, step_logprobs(torch.stack(raws) if raws else None, tokens, reqs)
+
+
+def step_logprobs(raw: torch.Tensor | None, tokens: list[list[int]], reqs: list[Req]) -> list[SampleOutput] | None:
+    """Each step's logits [K, B, V] and the tokens chosen -> each step's tokens with their logprobs (None: none
+    kept). One log-softmax and one top-k for all the steps' rows: a row's values are those of its step alone."""
+    if raw is None:
+        return None
+    steps, b = raw.shape[0], raw.shape[1]
+    chosen = torch.tensor([t[j] for j in range(steps) for t in tokens])  # step-major, as raw's rows
+    flat = with_logprobs(torch.log_softmax(raw.reshape(steps * b, -1), dim=-1), chosen, reqs * steps)
+    tops = flat.top_logprobs
+    return [SampleOutput(flat.tokens[j * b:(j + 1) * b], flat.logprobs[j * b:(j + 1) * b],
+                         None if tops is None else tops[j * b:(j + 1) * b]) for j in range(steps)]
 
 
 def take_tokens(reqs: list[Req], tokens: list[list[int]], cache: KVCacheManager,
-                decode: Callable[[list[int]], str], max_context: int) -> list[int]:
-    """Append each request's tokens until it finishes, count their KV and give back the slots past it
-    -> each request's output length before them."""
+                decode: Callable[[list[int]], str], max_context: int,
+                logprobs: list[SampleOutput] | None = None) -> list[int]:
+    """Append each request's tokens (and their logprobs, where it asked) until it finishes, count their KV and
+    give back the slots past it -> each request's output length before them."""
     starts = [len(r.output_ids) for r in reqs]
-    for req, out, start in zip(reqs, tokens, starts, strict=True):
-        for token in out:
+    for i, (req, out, start) in enumerate(zip(reqs, tokens, starts, strict=True)):
+        for j, token in enumerate(out):
+            if logprobs is not None:
+                record_output_logprob(req, logprobs[j], i)
             append_token(req, token, decode, max_context)
             if req.finished:
                 break
