@@ -1,6 +1,6 @@
 // Choosing each row's token from float32 logits [R, N] (their first `cols` columns): argmax_rows (greedy) and
 // sample_rows (temperature, top-k / top-p / min-p, then inverse transform sampling with one given uniform u a
-// row). The fused layers' decode-step groups call them between their steps, and the Python sampler calls them
+// row); and logprob_rows, a chosen token's log-softmax and the top ones of a row. The fused layers' decode-step groups call them between their steps, and the Python sampler calls them
 // for single steps on the CPU, so a request's tokens are the same either way. Torch reference: sampling.py
 // (sample_rows_torch); the exponentials' body: cpu_sample_body.h.
 //
@@ -228,6 +228,45 @@ void each_row(int64_t rows, const F& one) {
   }
 }
 
+// The n largest of row[0, cols) by value, then column (the lower first), as (value, column), largest first (NaNs
+// never rank); a 64-column chunk whose largest is not above the n-th so far is skipped (a tie there would lose).
+std::vector<Candidate> top_columns(const float* row, int64_t cols, int64_t n) {
+  std::vector<Candidate> top;
+  top.reserve(n + 1);
+  for (int64_t c0 = 0; c0 < cols && n > 0; c0 += 64) {
+    const int64_t c1 = std::min(cols, c0 + 64);
+    bool nan = false;
+    if (static_cast<int64_t>(top.size()) == n && row_max(row + c0, c1 - c0, nan) <= top.back().first) continue;
+    for (int64_t c = c0; c < c1; ++c) {
+      if (row[c] != row[c] || (static_cast<int64_t>(top.size()) == n && row[c] <= top.back().first)) continue;
+      top.insert(std::upper_bound(top.begin(), top.end(), Candidate{row[c], c}, ranks_before), Candidate{row[c], c});
+      if (static_cast<int64_t>(top.size()) > n) top.pop_back();
+    }
+  }
+  return top;
+}
+
+// log(sum exp(row - top)) over row[0, cols): the block sums of exp_blocks, added in double (split: the blocks on
+// torch's threads; the sums are the same either way).
+float log_sum_exp_shifted(const float* row, int64_t cols, float top, Weights& w, bool split, int64_t isa) {
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  w.e.resize(cols);
+  w.bsum.resize(blocks);
+  w.bmax.resize(blocks);
+  auto part = [&](int64_t b0, int64_t b1) {
+    RADIXLM_ISA_CALL(isa, exp_blocks, row, 1.f, top, b0 * kBlock, std::min(cols, b1 * kBlock), cols, w.e.data(),
+                     w.bsum.data(), w.bmax.data());
+  };
+  if (split) {
+    at::parallel_for(0, blocks, 16, part);
+  } else {
+    part(0, blocks);
+  }
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b) total += w.bsum[b];
+  return static_cast<float>(std::log(total));
+}
+
 }  // namespace
 
 at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols) {
@@ -269,15 +308,54 @@ at::Tensor sample_rows(const at::Tensor& logits, int64_t cols, at::ArrayRef<doub
   return out;
 }
 
+// Each row's log-softmax over its first cols columns, (x - max) - log(sum exp(x - max)), at its token and at its
+// top n columns (by logit, ties: the lower column first) -> (chosen float32 [R], ids int64 [R, n], values float32
+// [R, n]). A row whose largest logit is NaN or infinite has NaN or -inf values, as torch's log_softmax gives.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> logprob_rows(const at::Tensor& logits, int64_t cols,
+                                                            at::ArrayRef<int64_t> tokens, int64_t n, int64_t isa) {
+  check_isa(isa);
+  check_logits(logits, cols);
+  const int64_t rows = logits.size(0);
+  TORCH_CHECK(static_cast<int64_t>(tokens.size()) == rows, "tokens need one per logits row (", rows, "), got ",
+              tokens.size());
+  TORCH_CHECK(n >= 0 && n <= cols, "n must be 0-", cols, ", got ", n);
+  for (const int64_t t : tokens) TORCH_CHECK(t >= 0 && t < cols, "token ", t, " is outside the ", cols, " columns");
+  at::Tensor chosen = at::empty({rows}, at::kFloat), ids = at::empty({rows, n}, at::kLong);
+  at::Tensor vals = at::empty({rows, n}, at::kFloat);
+  each_row(rows, [&](int64_t r0, int64_t r1) {
+    Weights w;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = logits.data_ptr<float>() + r * logits.stride(0);
+      bool nan = false;
+      const float top = split_max(row, cols, rows == 1, nan);
+      const bool finite = std::isfinite(top) && !nan;
+      const float shift = nan ? NAN : top, lse = finite ? log_sum_exp_shifted(row, cols, top, w, rows == 1, isa) : 0.f;
+      chosen.data_ptr<float>()[r] = (row[tokens[r]] - shift) - lse;
+      const std::vector<Candidate> best = top_columns(row, cols, n);
+      for (int64_t i = 0; i < static_cast<int64_t>(best.size()); ++i) {
+        ids.data_ptr<int64_t>()[r * n + i] = best[i].second;
+        vals.data_ptr<float>()[r * n + i] = (best[i].first - shift) - lse;
+      }
+      for (int64_t i = static_cast<int64_t>(best.size()); i < n; ++i) {  // NaN columns never rank: the first others
+        ids.data_ptr<int64_t>()[r * n + i] = i;
+        vals.data_ptr<float>()[r * n + i] = NAN;
+      }
+    }
+  });
+  return {chosen, ids, vals};
+}
+
 }  // namespace radixlm_cpu
 
 TORCH_LIBRARY_FRAGMENT(radixlm_cpu, m) {
   m.def("argmax_rows(Tensor logits, int cols) -> Tensor");
   m.def("sample_rows(Tensor logits, int cols, float[] temperature, int[] top_k, float[] top_p, float[] min_p, "
         "float[] u, int isa) -> Tensor");
+  m.def("logprob_rows(Tensor logits, int cols, int[] tokens, int n, int isa) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(radixlm_cpu, CPU, m) {
   m.impl("argmax_rows", &radixlm_cpu::argmax_rows);
   m.impl("sample_rows", &radixlm_cpu::sample_rows);
+  m.impl("logprob_rows", &radixlm_cpu::logprob_rows);
 }

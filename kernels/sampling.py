@@ -209,3 +209,22 @@ def sample_rows(logits: torch.Tensor, rows: RowSettings, u: list[float], isa: in
     if _cpu_kernels_take(logits, isa):
         return sample_rows_cpu(logits, rows, u, isa)
     return sample_rows_torch(logits, rows, u)
+
+
+def row_logprobs_torch(logits: torch.Tensor, tokens: list[int], n: int
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [R, V] -> each row's log-softmax at its token [R], and its top n columns [R, n] with their values
+    [R, n] (largest first)."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = lp.gather(1, torch.tensor(tokens, device=logits.device).unsqueeze(1)).squeeze(1)
+    vals, ids = lp.topk(n, dim=-1)
+    return chosen, ids, vals
+
+
+def row_logprobs(logits: torch.Tensor, tokens: list[int], n: int, isa: int | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Dispatch: the C++ op on path ``isa`` (ties in the top n: the lower column first) where it takes the logits
+    (_cpu_kernels_take), torch's ops otherwise."""
+    if _cpu_kernels_take(logits, isa):
+        return torch.ops.radixlm_cpu.logprob_rows(logits, logits.shape[1], tokens, n, isa)
+    return row_logprobs_torch(logits, tokens, n)

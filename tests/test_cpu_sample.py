@@ -1,6 +1,6 @@
 """The C++ sampling kernels (cpu_sample.cpp, cpu_penalties.cpp) against their torch references (kernels/sampling.py)
 on every path this CPU has: the same token for the same logits, settings and uniform; never a masked token; the
-right distribution; penalties and bias bit for bit."""
+right distribution; penalties and bias bit for bit; logprobs within float32 rounding."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from radixlm.kernels.sampling import (
     RowSettings,
     penalize_cpu,
     penalize_torch,
+    row_logprobs_torch,
     sample_rows,
     sample_rows_cpu,
     sample_rows_torch,
@@ -153,3 +154,45 @@ def test_penalties_kernel_rejects_tokens_outside_the_vocabulary():
     pen = RowPenalties([1.0], [0.0], [0.0], [[]], [[]], [{64: 1.0}])
     with pytest.raises(RuntimeError, match="bias: token 64 is outside the vocabulary of 64"):
         penalize_cpu(torch.zeros(1, 64), pen)
+
+
+@built
+@pytest.mark.parametrize("path", PATH_PARAMS)
+@pytest.mark.parametrize("vocab", [49152, 300, 37])
+def test_logprob_kernel_matches_its_reference(path, vocab):
+    """Each row's log-softmax at its token and at its top n, against torch's: within a few float32 ulps, the top n
+    the same columns (no ties in random logits), a -inf column -inf, the same on one row as in a batch."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(5, vocab, generator=gen) * 5
+    logits[1, 3] = float("-inf")
+    tokens = [0, 3, vocab - 1, 7, 11]
+    got = torch.ops.radixlm_cpu.logprob_rows(logits, vocab, tokens, 6, isa(path))
+    want = row_logprobs_torch(logits, tokens, 6)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-5)
+    assert got[0][1] == float("-inf")
+    assert torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[2], want[2], rtol=1e-6, atol=1e-5)
+    for r in range(5):  # a row alone: the same bits
+        alone = torch.ops.radixlm_cpu.logprob_rows(logits[r:r + 1].contiguous(), vocab, tokens[r:r + 1], 6, isa(path))
+        assert all(torch.equal(a[0], b[r]) for a, b in zip(alone, got, strict=True))
+
+
+@built
+def test_logprob_kernel_ties_degenerate_rows_and_bad_inputs():
+    logits = torch.zeros(3, 100)
+    logits[0, [5, 50, 90]] = 2.0  # a tie: the lower column first, as ranks go everywhere in the sampler
+    logits[1] = float("-inf")  # nothing to normalize: NaN, as torch's log_softmax gives
+    logits[2, 40] = float("nan")
+    chosen, ids, vals = torch.ops.radixlm_cpu.logprob_rows(logits, 100, [5, 0, 1], 4, 0)
+    assert ids[0].tolist()[:3] == [5, 50, 90] and ids[0, 3] == 0  # then the first of the zeros
+    assert vals[0, 0] == vals[0, 2] and chosen[0] == vals[0, 0]
+    assert chosen[1].isnan() and chosen[2].isnan()
+    rand = torch.randn(4, 49152, generator=torch.Generator().manual_seed(2)) * 4
+    each = [torch.ops.radixlm_cpu.logprob_rows(rand, 49152, [1, 2, 3, 4], 5, isa(p)) for p in cpu_ext.supported()]
+    assert all(torch.equal(a, b) for other in each[1:] for a, b in zip(other, each[0], strict=True))  # every path
+    with pytest.raises(RuntimeError, match="token 100"):
+        torch.ops.radixlm_cpu.logprob_rows(logits, 100, [0, 0, 100], 2, 0)
+    with pytest.raises(RuntimeError, match="n must be"):
+        torch.ops.radixlm_cpu.logprob_rows(logits, 100, [0, 0, 0], 101, 0)
+    with pytest.raises(RuntimeError, match="one per logits row"):
+        torch.ops.radixlm_cpu.logprob_rows(logits, 100, [0], 2, 0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from radixlm.kernels.sampling import RowPenalties, RowSettings, penalize, sample_rows
+from radixlm.kernels.sampling import RowPenalties, RowSettings, penalize, row_logprobs, sample_rows
 from radixlm.kernels.token_bitmask import apply_token_bitmask
 from radixlm.runtime.request import Req
 
@@ -99,26 +99,20 @@ def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
 
 def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
     """logits [B, V] float32 (modified in place) -> one token per request (``cpu_isa``: see apply_grammars)."""
-    raw_logprobs = None
-    if any(r.logprob.return_logprob for r in reqs):
-        raw_logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, before processing
+    # the model's own distribution, before processing
+    raw = logits.clone() if any(r.logprob.return_logprob for r in reqs) else None
     process_logits(logits, reqs, cpu_isa)
-    tokens = choose_tokens(logits, reqs, cpu_isa)
-    if raw_logprobs is None:
-        return SampleOutput(tokens.tolist(), None, None)
-    return with_logprobs(raw_logprobs, tokens, reqs)
+    tokens = choose_tokens(logits, reqs, cpu_isa).tolist()
+    if raw is None:
+        return SampleOutput(tokens, None, None)
+    return with_logprobs(raw, tokens, reqs, cpu_isa)
 
 
-def with_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor, reqs: list[Req]) -> SampleOutput:
-    """The chosen tokens int64 [B] with their logprobs and each row's top ones, from the log-softmax [B, V] of the
-    model's own logits."""
-    chosen = raw_logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
-    return SampleOutput(tokens.tolist(), chosen, top_logprobs(raw_logprobs, [r.logprob.top_logprobs_num for r in reqs]))
-
-
-def top_logprobs(logprobs: torch.Tensor, nums: list[int]) -> list[list[tuple[int, float]]] | None:
-    k = max(nums, default=0)
-    if k <= 0:
-        return None
-    vals, ids = logprobs.topk(k, dim=-1)
-    return [list(zip(ids[i, :n].tolist(), vals[i, :n].tolist(), strict=True)) for i, n in enumerate(nums)]
+def with_logprobs(raw: torch.Tensor, tokens: list[int], reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
+    """The chosen tokens with their logprobs and each row's top ones (its top_logprobs_num), from the model's own
+    logits [B, V] (kernels/sampling.py's row_logprobs; ``cpu_isa``: see apply_grammars)."""
+    nums = [r.logprob.top_logprobs_num for r in reqs]
+    chosen, ids, vals = row_logprobs(raw, tokens, max(nums, default=0), cpu_isa)
+    top = None if max(nums, default=0) <= 0 else [
+        list(zip(i[:n], v[:n], strict=True)) for i, v, n in zip(ids.tolist(), vals.tolist(), nums, strict=True)]
+    return SampleOutput(tokens, chosen.tolist(), top)

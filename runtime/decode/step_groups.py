@@ -109,7 +109,7 @@ def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], 
         grouped = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs, draws, keep_raw)
         if grouped is not None:
             tokens, raw = grouped
-            return tokens, step_logprobs(raw, tokens, reqs)
+            return tokens, step_logprobs(raw, tokens, reqs, cpu_isa)
     ids = [r.output_ids[-1] for r in reqs]
     tokens: list[list[int]] = [[] for _ in reqs]
     raws = []
@@ -123,17 +123,18 @@ def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], 
         ids = choose_tokens(logits, reqs, cpu_isa, None if draws is None else draws.u[:, j].tolist()).tolist()
         for out, token in zip(tokens, ids, strict=True):
             out.append(token)
-    return tokens, step_logprobs(torch.stack(raws) if raws else None, tokens, reqs)
+    return tokens, step_logprobs(torch.stack(raws) if raws else None, tokens, reqs, cpu_isa)
 
 
-def step_logprobs(raw: torch.Tensor | None, tokens: list[list[int]], reqs: list[Req]) -> list[SampleOutput] | None:
+def step_logprobs(raw: torch.Tensor | None, tokens: list[list[int]], reqs: list[Req],
+                  cpu_isa: int | None = None) -> list[SampleOutput] | None:
     """Each step's logits [K, B, V] and the tokens chosen -> each step's tokens with their logprobs (None: none
-    kept). One log-softmax and one top-k for all the steps' rows: a row's values are those of its step alone."""
+    kept). All the steps' rows in one call: a row's values are those of its step alone, as a single step's."""
     if raw is None:
         return None
     steps, b = raw.shape[0], raw.shape[1]
-    chosen = torch.tensor([t[j] for j in range(steps) for t in tokens])  # step-major, as raw's rows
-    flat = with_logprobs(torch.log_softmax(raw.reshape(steps * b, -1), dim=-1), chosen, reqs * steps)
+    chosen = [t[j] for j in range(steps) for t in tokens]  # step-major, as raw's rows
+    flat = with_logprobs(raw.reshape(steps * b, -1), chosen, reqs * steps, cpu_isa)
     tops = flat.top_logprobs
     return [SampleOutput(flat.tokens[j * b:(j + 1) * b], flat.logprobs[j * b:(j + 1) * b],
                          None if tops is None else tops[j * b:(j + 1) * b]) for j in range(steps)]
