@@ -230,7 +230,7 @@ class Scheduler:
             row += k
             req.kv_len += e.n
             if req.logprob.return_logprob and not req.output_ids:
-                record_prompt_logprobs(req, e.logit_positions, req_logits)
+                record_prompt_logprobs(req, e.logit_positions, req_logits, self.cpu_isa)
             self.cache.cache_unfinished(req)  # shareable now, by requests admitted while this one decodes
             if req.kv_len < len(req.fill_ids):
                 continue

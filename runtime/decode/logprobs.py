@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from radixlm.kernels.sampling import row_logprobs
 from radixlm.runtime.request import Req
 
 if TYPE_CHECKING:
@@ -27,21 +28,20 @@ def logit_positions(req: Req, start: int, n: int) -> list[int]:
     return positions
 
 
-def record_prompt_logprobs(req: Req, positions: list[int], logits: torch.Tensor) -> None:
-    """logits [len(positions), V] for ``positions``: the logprob of each next prompt token (and the top-k)."""
+def record_prompt_logprobs(req: Req, positions: list[int], logits: torch.Tensor, cpu_isa: int | None = None) -> None:
+    """logits [len(positions), V] for ``positions``: the logprob of each next prompt token (and the top-k), as the
+    output tokens' come (kernels/sampling.py's row_logprobs; ``cpu_isa``: the path of radixlm's C++ kernels)."""
     n = len(positions) - (1 if positions and positions[-1] == len(req.fill_ids) - 1 else 0)
     if n <= 0:
         return
-    lp = torch.log_softmax(logits[:n], dim=-1)
-    targets = torch.tensor([req.origin_input_ids[p + 1] for p in positions[:n]])
-    chosen = lp.gather(1, targets.unsqueeze(1)).squeeze(1).tolist()
+    targets = [req.origin_input_ids[p + 1] for p in positions[:n]]
+    k = req.logprob.top_logprobs_num
+    chosen, ids, vals = row_logprobs(logits[:n], targets, k, cpu_isa)
     if positions[0] == 0:
         req.input_token_logprobs.append((None, req.origin_input_ids[0]))
         req.input_top_logprobs.append(None)
-    req.input_token_logprobs.extend(zip(chosen, targets.tolist(), strict=True))
-    k = req.logprob.top_logprobs_num
+    req.input_token_logprobs.extend(zip(chosen.tolist(), targets, strict=True))
     if k > 0:
-        vals, ids = lp.topk(k, dim=-1)
         req.input_top_logprobs.extend(list(zip(i, v, strict=True)) for i, v in
                                       zip(ids.tolist(), vals.tolist(), strict=True))
 
