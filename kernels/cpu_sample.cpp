@@ -1,8 +1,9 @@
 // Choosing each row's token from float32 logits [R, N] (their first `cols` columns): argmax_rows (greedy) and
 // sample_rows (temperature, top-k / top-p / min-p, then inverse transform sampling with one given uniform u a
-// row); and logprob_rows, a chosen token's log-softmax and the top ones of a row. The fused layers' decode-step groups call them between their steps, and the Python sampler calls them
-// for single steps on the CPU, so a request's tokens are the same either way. Torch reference: sampling.py
-// (sample_rows_torch); the exponentials' body: cpu_sample_body.h.
+// row); and logprob_rows, a chosen token's log-softmax and a row's top ones. The fused layers' decode-step groups
+// call them between their steps, and the Python sampler calls them for single steps on the CPU, so a request's
+// tokens (and logprobs) are the same either way. Torch references: sampling.py (sample_rows_torch,
+// row_logprobs_torch); the exponentials' body: cpu_sample_body.h.
 //
 // sample_rows, one row: x = logits * (1 / t), p = softmax(x). A row with no filter (top_k 0, top_p >= 1, min_p 0)
 // draws over the vocabulary in column order; a row with one ranks the tokens by p (ties: the lower column first) and
@@ -336,7 +337,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprob_rows(const at::Tensor& lo
         ids.data_ptr<int64_t>()[r * n + i] = best[i].second;
         vals.data_ptr<float>()[r * n + i] = (best[i].first - shift) - lse;
       }
-      for (int64_t i = static_cast<int64_t>(best.size()); i < n; ++i) {  // NaN columns never rank: the first others
+      for (int64_t i = static_cast<int64_t>(best.size()); i < n; ++i) {  // fewer than n columns are not NaN
         ids.data_ptr<int64_t>()[r * n + i] = i;
         vals.data_ptr<float>()[r * n + i] = NAN;
       }

@@ -1,8 +1,8 @@
 """Decode steps back to back. When no running request needs the scheduler between its tokens (no grammar: each
 token is the argmax of the model's logits or a draw from them, after any logit bias, blocked stops and
-penalties; logprobs come from each step's logits kept for them) and nothing else waits, it runs up to ``decode_steps`` forward passes in a row, each fed the tokens
-chosen from the one before, and does its own work (KV slots, stop checks, outputs) once for them all instead
-of once a token.
+penalties; logprobs come from each step's logits, kept for them) and nothing else waits, it runs up to
+``decode_steps`` forward passes in a row, each fed the tokens chosen from the one before, and does its own work
+(KV slots, stop checks, outputs) once for them all instead of once a token.
 
 The tokens are those of single steps: a row's logits depend only on its own tokens (the kernels are
 batch-invariant), a greedy row takes the same argmax, and a sampled row the same draw (kernels/sampling.py, with
