@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
+from radixlm.runtime.decode.sampler import with_logprobs
 from radixlm.runtime.decode.step_groups import StepClock, steps_for
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.messages import LogprobOptions, SamplingParams
@@ -44,6 +45,23 @@ def test_which_requests_go_back_to_back():
     assert steps_for([req(), req(logprobs=True)], 4, 100) == 4  # each step's logits kept for them
     assert steps_for([req(), req(min_new_tokens=2)], 4, 100) == 2  # EOS blocked for 2 more tokens: a group ends there
     assert steps_for([req(output=2, min_new_tokens=2)], 4, 100) == 4  # past min_new_tokens, EOS is not blocked
+
+
+@pytest.mark.parametrize("path", [None, *(cpu_ext.PATHS.index(p) for p in cpu_ext.supported())])
+def test_only_the_rows_that_asked_get_logprobs(path):
+    """A batch where some requests ask for logprobs: theirs are those of their rows alone (the C++ op's or torch's),
+    the others get 0.0 and no top ones, whatever order the rows come in."""
+    reqs = [req(logprobs=True), req(), req(logprobs=True)]
+    reqs[2].logprob = LogprobOptions(return_logprob=True, top_logprobs_num=3)
+    raw, tokens = torch.randn(3, 500, generator=torch.Generator().manual_seed(0)) * 3, [4, 5, 6]
+    out = with_logprobs(raw, tokens, reqs, path)
+    alone = [with_logprobs(raw[i:i + 1].clone(), tokens[i:i + 1], [reqs[i]], path) for i in (0, 2)]
+    assert out.tokens == tokens and out.logprobs[1] == 0.0 and out.top_logprobs[1] == []
+    assert [out.logprobs[0], out.logprobs[2]] == [a.logprobs[0] for a in alone]
+    assert out.top_logprobs[0] == [] and out.top_logprobs[2] == alone[1].top_logprobs[0]
+    want = torch.log_softmax(raw, dim=-1)
+    assert abs(out.logprobs[2] - want[2, 6].item()) < 1e-5
+    assert [i for i, _ in out.top_logprobs[2]] == want[2].topk(3).indices.tolist()
 
 
 def test_decode_steps_must_be_positive(tiny_model):

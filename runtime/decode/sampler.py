@@ -110,9 +110,13 @@ def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) ->
 
 def with_logprobs(raw: torch.Tensor, tokens: list[int], reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
     """The chosen tokens with their logprobs and each row's top ones (its top_logprobs_num), from the model's own
-    logits [B, V] (kernels/sampling.py's row_logprobs; ``cpu_isa``: see apply_grammars)."""
-    nums = [r.logprob.top_logprobs_num for r in reqs]
-    chosen, ids, vals = row_logprobs(raw, tokens, max(nums, default=0), cpu_isa)
-    top = None if max(nums, default=0) <= 0 else [
-        list(zip(i[:n], v[:n], strict=True)) for i, v, n in zip(ids.tolist(), vals.tolist(), nums, strict=True)]
-    return SampleOutput(tokens, chosen.tolist(), top)
+    logits [B, V] (kernels/sampling.py's row_logprobs; ``cpu_isa``: see apply_grammars). Only the rows of requests
+    that asked are computed; the others get 0.0 and no top ones."""
+    asked = [i for i, r in enumerate(reqs) if r.logprob.return_logprob]
+    rows = raw if len(asked) == len(reqs) else raw[asked]
+    nums = [reqs[i].logprob.top_logprobs_num for i in asked]
+    chosen, ids, vals = row_logprobs(rows, [tokens[i] for i in asked], max(nums, default=0), cpu_isa)
+    logprobs, top = [0.0] * len(reqs), [[] for _ in reqs]
+    for i, lp, row_ids, row_vals, n in zip(asked, chosen.tolist(), ids.tolist(), vals.tolist(), nums, strict=True):
+        logprobs[i], top[i] = lp, list(zip(row_ids[:n], row_vals[:n], strict=True))
+    return SampleOutput(tokens, logprobs, top if max(nums, default=0) > 0 else None)
