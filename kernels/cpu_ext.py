@@ -78,6 +78,12 @@ def available() -> bool:
     return True
 
 
+def takes(x: torch.Tensor, isa: int | None) -> bool:
+    """Whether radixlm's C++ ops take these float32 rows (logits): on the CPU, each row contiguous, with the
+    kernels (isa None: the caller runs without them)."""
+    return isa is not None and x.device.type == "cpu" and x.dtype == torch.float32 and x.stride(1) == 1
+
+
 def build_directory() -> str:
     """The kernels' build folder, under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions) like torch's
     own builds, one per Python and torch version (a build links against both)."""

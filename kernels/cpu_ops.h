@@ -85,6 +85,8 @@ at::Tensor int8_rows(const at::Tensor& w, const at::Tensor& d, const at::Tensor&
 // The logits of x [M, K] (float32 or bfloat16) against a checked weight: x W^T computed and rounded in x's dtype
 // as the matmul ops give it, returned widened to float32 [M, N] (one op, where the matmul then .float() took two).
 at::Tensor linear_logits(const at::Tensor& x, const QuantWeightRef& w, int64_t isa);
+// A TORCH_CHECK that logits are float32 [R, N] with contiguous rows and cols (the vocabulary's) within 1-N.
+void check_logits(const at::Tensor& logits, int64_t cols);
 // Each row's first index of its maximum among the first `cols` logits of float32 [R, N] -> int64 [R]; a NaN counts as
 // the maximum, as torch's argmax has it (greedy decoding inside the fused layers' call).
 at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols);

@@ -73,9 +73,7 @@ namespace {
 // logits [R, N] float32 (the first `cols` columns the vocabulary), in place.
 void penalize_rows(at::Tensor& logits, int64_t cols, at::ArrayRef<double> settings,
                    const std::vector<at::Tensor>& tokens) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
-              "logits must be float32 [R, N] with contiguous rows");
-  TORCH_CHECK(cols >= 1 && cols <= logits.size(1), "cols must be 1-", logits.size(1), ", got ", cols);
+  check_logits(logits, cols);
   const std::vector<RowPenalty> rows = row_penalties(settings, tokens, logits.size(0), cols);
   for (int64_t r = 0; r < logits.size(0); ++r) rows[r].apply(logits.data_ptr<float>() + r * logits.stride(0));
 }

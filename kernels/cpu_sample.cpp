@@ -213,12 +213,6 @@ int64_t sample_row(const float* row, int64_t cols, const RowDraw& d, Weights& w,
   return pick >= 0 ? pick : first_equal(row, 0, cols, top);
 }
 
-void check_logits(const at::Tensor& logits, int64_t cols) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
-              "logits must be float32 [R, N] with contiguous rows");
-  TORCH_CHECK(cols >= 1 && cols <= logits.size(1), "cols must be 1-", logits.size(1), ", got ", cols);
-}
-
 // Each row r of [0, rows) through one(r, ...) on torch's threads (a single row on the calling thread).
 template <typename F>
 void each_row(int64_t rows, const F& one) {
@@ -269,6 +263,12 @@ float log_sum_exp_shifted(const float* row, int64_t cols, float top, Weights& w,
 }
 
 }  // namespace
+
+void check_logits(const at::Tensor& logits, int64_t cols) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
+              "logits must be float32 [R, N] with contiguous rows");
+  TORCH_CHECK(cols >= 1 && cols <= logits.size(1), "cols must be 1-", logits.size(1), ", got ", cols);
+}
 
 at::Tensor argmax_rows(const at::Tensor& logits, int64_t cols) {
   check_logits(logits, cols);

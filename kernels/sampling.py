@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from radixlm.kernels import cpu_ext
+
 
 @dataclass(frozen=True)
 class RowSettings:
@@ -103,15 +105,9 @@ def penalize_cpu(logits: torch.Tensor, pen: RowPenalties) -> None:
     torch.ops.radixlm_cpu.penalize_rows(logits, logits.shape[1], settings, tokens)
 
 
-def _cpu_kernels_take(logits: torch.Tensor, isa: int | None) -> bool:
-    """Whether the C++ ops take these logits: float32 rows, contiguous, on the CPU, with radixlm's CPU kernels
-    (isa None: without them)."""
-    return isa is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.stride(1) == 1
-
-
 def penalize(logits: torch.Tensor, pen: RowPenalties, isa: int | None = None) -> None:
-    """Dispatch: the C++ op where it takes the logits (_cpu_kernels_take), torch's ops otherwise."""
-    if _cpu_kernels_take(logits, isa):
+    """Dispatch: the C++ op where it takes the logits (cpu_ext.takes), torch's ops otherwise."""
+    if cpu_ext.takes(logits, isa):
         penalize_cpu(logits, pen)
     else:
         penalize_torch(logits, pen)
@@ -204,9 +200,9 @@ def sample_rows_cpu(logits: torch.Tensor, rows: RowSettings, u: list[float], isa
 
 
 def sample_rows(logits: torch.Tensor, rows: RowSettings, u: list[float], isa: int | None = None) -> torch.Tensor:
-    """Dispatch: the C++ kernel on path ``isa`` where it takes the logits (_cpu_kernels_take), torch's ops
+    """Dispatch: the C++ kernel on path ``isa`` where it takes the logits (cpu_ext.takes), torch's ops
     otherwise."""
-    if _cpu_kernels_take(logits, isa):
+    if cpu_ext.takes(logits, isa):
         return sample_rows_cpu(logits, rows, u, isa)
     return sample_rows_torch(logits, rows, u)
 
@@ -224,7 +220,7 @@ def row_logprobs_torch(logits: torch.Tensor, tokens: list[int], n: int
 def row_logprobs(logits: torch.Tensor, tokens: list[int], n: int, isa: int | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Dispatch: the C++ op on path ``isa`` (ties in the top n: the lower column first) where it takes the logits
-    (_cpu_kernels_take), torch's ops otherwise."""
-    if _cpu_kernels_take(logits, isa):
+    (cpu_ext.takes), torch's ops otherwise."""
+    if cpu_ext.takes(logits, isa):
         return torch.ops.radixlm_cpu.logprob_rows(logits, logits.shape[1], tokens, n, isa)
     return row_logprobs_torch(logits, tokens, n)

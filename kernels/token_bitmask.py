@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from radixlm.kernels import cpu_ext
+
 BLOCK = 1024
 
 
@@ -85,11 +87,11 @@ def _kernel():
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None,
                         isa: int | None = None) -> None:
-    """Dispatch: Triton on CUDA; on the CPU the C++ kernel on path ``isa`` for float32 logits (None: the
-    caller runs without radixlm's CPU kernels), torch's ops otherwise."""
+    """Dispatch: Triton on CUDA; the C++ kernel on path ``isa`` where it takes the logits (cpu_ext.takes; None:
+    the caller runs without radixlm's CPU kernels), torch's ops otherwise."""
     if logits.is_cuda:
         apply_token_bitmask_triton(logits, bitmask.to(logits.device, non_blocking=True), indices)
-    elif isa is not None and logits.dtype == torch.float32 and logits.stride(1) == 1:
+    elif cpu_ext.takes(logits, isa):
         apply_token_bitmask_cpu(logits, bitmask, indices, isa)
     else:
         apply_token_bitmask_torch(logits, bitmask, indices)
