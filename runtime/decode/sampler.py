@@ -99,21 +99,33 @@ def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
 
 def sample(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
     """logits [B, V] float32 (modified in place) -> one token per request (``cpu_isa``: see apply_grammars)."""
-    # the model's own distribution, before processing
-    raw = logits.clone() if any(r.logprob.return_logprob for r in reqs) else None
+    asked = asking_rows(reqs)
+    # the model's own distribution of the rows that asked for logprobs, before processing: [len(asked), V], a copy
+    raw = logits[asked] if asked else None
     process_logits(logits, reqs, cpu_isa)
     tokens = choose_tokens(logits, reqs, cpu_isa).tolist()
     if raw is None:
         return SampleOutput(tokens, None, None)
-    return with_logprobs(raw, tokens, reqs, cpu_isa)
+    return asked_logprobs(raw, asked, tokens, reqs, cpu_isa)
+
+
+def asking_rows(reqs: list[Req]) -> list[int]:
+    """The rows whose requests asked for logprobs."""
+    return [i for i, r in enumerate(reqs) if r.logprob.return_logprob]
 
 
 def with_logprobs(raw: torch.Tensor, tokens: list[int], reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
     """The chosen tokens with their logprobs and each row's top ones (its top_logprobs_num), from the model's own
-    logits [B, V] (kernels/sampling.py's row_logprobs; ``cpu_isa``: see apply_grammars). Only the rows of requests
-    that asked are computed; the others get 0.0 and no top ones."""
-    asked = [i for i, r in enumerate(reqs) if r.logprob.return_logprob]
-    rows = raw if len(asked) == len(reqs) else raw[asked]
+    logits [B, V] (``cpu_isa``: see apply_grammars). Only the rows of requests that asked are computed; the others
+    get 0.0 and no top ones."""
+    asked = asking_rows(reqs)
+    return asked_logprobs(raw if len(asked) == len(reqs) else raw[asked], asked, tokens, reqs, cpu_isa)
+
+
+def asked_logprobs(rows: torch.Tensor, asked: list[int], tokens: list[int], reqs: list[Req],
+                   cpu_isa: int | None = None) -> SampleOutput:
+    """with_logprobs from the asking rows' logits alone: rows [len(asked), V], row j that of request asked[j]
+    (kernels/sampling.py's row_logprobs)."""
     nums = [reqs[i].logprob.top_logprobs_num for i in asked]
     chosen, ids, vals = row_logprobs(rows, [tokens[i] for i in asked], max(nums, default=0), cpu_isa)
     logprobs, top = [0.0] * len(reqs), [[] for _ in reqs]
