@@ -289,12 +289,13 @@ class FusedLayers : public torch::CustomClassHolder {
   // u: empty for the argmax of every row, else each row's uniforms [B, K] float64 for sample_rows with its
   // temperature, top_k, top_p and min_p (step k draws with u[:, k]). penalty_settings and penalty_tokens: empty, or
   // the rows' bias and penalties packed (row_penalties), applied before each choice and given each step's token.
-  // raw: empty, or float32 [K, B, vocab] that takes each step's logits as the LM head gave them (for logprobs).
+  // raw: empty, or float32 [K, A, vocab]: each step's logits of rows raw_rows (int64 [A]) as the head gave them.
   at::Tensor decode_steps(at::Tensor ids, at::Tensor positions, at::Tensor locs, at::Tensor table, at::Tensor req_rows,
                           at::Tensor seq_lens, std::vector<at::Tensor> embed, int64_t vocab,
                           std::vector<double> temperature, std::vector<int64_t> top_k, std::vector<double> top_p,
                           std::vector<double> min_p, at::Tensor u, std::vector<double> penalty_settings,
-                          std::vector<at::Tensor> penalty_tokens, at::Tensor raw, int64_t isa) {
+                          std::vector<at::Tensor> penalty_tokens, at::Tensor raw, at::Tensor raw_rows,
+                          int64_t isa) {
     TORCH_CHECK(head_, "decode_steps: the LM head must be inside the call");
     TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == at::kLong && locs.dim() == 2 && locs.size(0) == ids.numel() &&
                 locs.scalar_type() == at::kLong, "ids must be int64 [B] and locs int64 [B, K]");
@@ -302,8 +303,9 @@ class FusedLayers : public torch::CustomClassHolder {
     TORCH_CHECK(u.numel() == 0 || (u.dim() == 2 && u.size(0) == ids.numel() && u.size(1) == locs.size(1) &&
                                    u.scalar_type() == at::kDouble),
                 "u must be empty or float64 [B, K]");
-    TORCH_CHECK(raw.numel() == 0 || raw.sizes() == at::IntArrayRef({locs.size(1), ids.numel(), vocab}),
-                "raw must be empty or [K, B, vocab]");
+    TORCH_CHECK(raw.numel() == 0 || (raw_rows.dim() == 1 && raw_rows.scalar_type() == at::kLong &&
+                                     raw.sizes() == at::IntArrayRef({locs.size(1), raw_rows.numel(), vocab})),
+                "raw must be empty or [K, A, vocab] for raw_rows int64 [A]");
     const int64_t b = ids.numel();
     std::vector<RowPenalty> penalties;
     if (!penalty_settings.empty()) penalties = row_penalties(penalty_settings, penalty_tokens, b, vocab);
@@ -313,7 +315,7 @@ class FusedLayers : public torch::CustomClassHolder {
                                        : embed[0].index_select(0, cur);
       at::Tensor logits = run(x, positions + k, locs.select(1, k).contiguous(), table, req_rows, seq_lens + k,
                               at::empty({0}, at::kLong), static_cast<int64_t>(k_.size()), rows, isa);
-      if (raw.numel() > 0) raw.select(0, k).copy_(logits.narrow(1, 0, vocab));
+      if (raw.numel() > 0) raw.select(0, k).copy_(logits.index_select(0, raw_rows).narrow(1, 0, vocab));
       for (int64_t r = 0; r < static_cast<int64_t>(penalties.size()); ++r) {
         penalties[r].apply(logits.data_ptr<float>() + r * logits.stride(0));
       }

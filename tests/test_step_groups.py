@@ -178,14 +178,26 @@ def test_argmax_rows_is_torchs_argmax():
         torch.ops.radixlm_cpu.argmax_rows(logits, 1001)
 
 
+def mixed_logprobs(engine: Engine, prompts: list[list[int]], params: list[dict]) -> list[dict]:
+    """The prompts in one batch, every other one asking for logprobs (the first with its top 2): a group keeps
+    the logits of the rows that ask alone."""
+    msgs = [engine.build(input_ids=p, sampling_params=q, return_logprob=i % 2 == 0, top_logprobs_num=2 * (i == 0))[0]
+            for i, (p, q) in enumerate(zip(prompts, params, strict=True))]
+    reqs = engine.submit(msgs)
+    while any(r.finished is None for r in reqs):
+        engine.core.step()
+    return [engine.result(r) for r in reqs]
+
+
 @needs_kernels
 @pytest.mark.parametrize(("quantization", "dtype", "in_call"), [("int4", torch.float32, True),
                                                                 ("int8", torch.float32, True),
                                                                 ("none", torch.bfloat16, False)])
 def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_call):
     """The fused layers run a group of steps in one C++ call (the embedding, the layers, the LM head and the
-    argmax or draw, step after step): the same tokens as one step at a time, every request ending where it should. A dense
-    model's head is outside the call, so its groups run a forward at a time from Python."""
+    argmax or draw, step after step): the same tokens as one step at a time, every request ending where it should,
+    and the same logprobs, where every request asks and where some do (a group keeps only their rows' logits). A
+    dense model's head is outside the call, so its groups run a forward at a time from Python."""
     model = random_model(THREE_KV, dtype=dtype, seed=0)
 
     def build(steps: int) -> Engine:
@@ -213,6 +225,12 @@ def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_c
         assert g["output_ids"] == e["output_ids"]
         assert g["meta_info"]["output_token_logprobs"] == e["meta_info"]["output_token_logprobs"]
         assert g["meta_info"]["output_top_logprobs"] == e["meta_info"]["output_top_logprobs"]
+    one_mixed, got = (mixed_logprobs(e, prompts, params) for e in (one, grouped))  # only rows 0 and 2 ask
+    assert [g["output_ids"] for g in got] == [e["output_ids"] for e in expected]
+    keys = ("output_token_logprobs", "output_top_logprobs")
+    assert [[g["meta_info"].get(k) for k in keys] for g in got] == [[e["meta_info"].get(k) for k in keys]
+                                                                   for e in one_mixed]
+    assert [len(g["meta_info"].get("output_token_logprobs", [])) for g in got] == [9, 0, 10]
     assert calls and all((c is not None) == in_call for c in calls)
     grouped.check_invariants()
     assert grouped.cache.tree.protected_size == 0

@@ -23,10 +23,11 @@ from radixlm.runtime.batch import ForwardBatch, make_decode_batch
 from radixlm.runtime.decode.logprobs import record_output_logprob
 from radixlm.runtime.decode.sampler import (
     SampleOutput,
+    asked_logprobs,
+    asking_rows,
     choose_tokens,
     row_penalties,
     row_settings,
-    with_logprobs,
 )
 from radixlm.runtime.decode.stopping import append_token
 from radixlm.runtime.kv.cache_manager import KVCacheManager
@@ -91,8 +92,9 @@ def step_draws(reqs: list[Req], steps: int) -> StepDraws | None:
     return StepDraws(row_settings(reqs), u, penalties)
 
 
-# (batch, locs, draws, keep_raw) -> each request's tokens and, with keep_raw, each step's logits [K, B, V]; or None
-GroupedSteps = Callable[[ForwardBatch, list[torch.Tensor], StepDraws | None, bool],
+# (batch, locs, draws, raw_rows) -> each request's tokens and, where raw_rows names rows, each step's logits of
+# those rows [K, len(raw_rows), V]; or None
+GroupedSteps = Callable[[ForwardBatch, list[torch.Tensor], StepDraws | None, list[int]],
                         tuple[list[list[int]], torch.Tensor | None] | None]
 
 
@@ -104,37 +106,39 @@ def run_steps(forward: Callable[[ForwardBatch], torch.Tensor], reqs: list[Req], 
     each step's tokens with them (as a single step's sample gives them). ``in_one_call`` (the runner's
     decode_steps) runs them all in one call where it can; ``cpu_isa``: the sampler's kernel path."""
     draws = step_draws(reqs, steps)
-    keep_raw = any(r.logprob.return_logprob for r in reqs)
+    asked = asking_rows(reqs)
     if in_one_call is not None:
-        grouped = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs, draws, keep_raw)
+        grouped = in_one_call(make_decode_batch(reqs, [loc[:1] for loc in locs]), locs, draws, asked)
         if grouped is not None:
             tokens, raw = grouped
-            return tokens, step_logprobs(raw, tokens, reqs, cpu_isa)
+            return tokens, step_logprobs(raw, asked, tokens, reqs, cpu_isa)
     ids = [r.output_ids[-1] for r in reqs]
     tokens: list[list[int]] = [[] for _ in reqs]
     raws = []
     for j in range(steps):
         batch = make_decode_batch(reqs, [loc[j:j + 1] for loc in locs], inputs=ids, offset=j)
         logits = forward(batch)
-        if keep_raw:
-            raws.append(logits.clone())
+        if asked:
+            raws.append(logits[asked])  # a copy
         if draws is not None and draws.penalties is not None:
             penalize(logits, draws.penalties.extended(tokens), cpu_isa)
         ids = choose_tokens(logits, reqs, cpu_isa, None if draws is None else draws.u[:, j].tolist()).tolist()
         for out, token in zip(tokens, ids, strict=True):
             out.append(token)
-    return tokens, step_logprobs(torch.stack(raws) if raws else None, tokens, reqs, cpu_isa)
+    return tokens, step_logprobs(torch.stack(raws) if raws else None, asked, tokens, reqs, cpu_isa)
 
 
-def step_logprobs(raw: torch.Tensor | None, tokens: list[list[int]], reqs: list[Req],
+def step_logprobs(raw: torch.Tensor | None, asked: list[int], tokens: list[list[int]], reqs: list[Req],
                   cpu_isa: int | None = None) -> list[SampleOutput] | None:
-    """Each step's logits [K, B, V] and the tokens chosen -> each step's tokens with their logprobs (None: none
-    kept). All the steps' rows in one call: a row's values are those of its step alone, as a single step's."""
+    """Each step's logits of the rows that asked [K, len(asked), V] and the tokens chosen -> each step's tokens
+    with their logprobs (None: none kept). All the steps' rows in one call: a row's values are those of its step
+    alone, as a single step's."""
     if raw is None:
         return None
-    steps, b = raw.shape[0], raw.shape[1]
-    chosen = [t[j] for j in range(steps) for t in tokens]  # step-major, as raw's rows
-    flat = with_logprobs(raw.reshape(steps * b, -1), chosen, reqs * steps, cpu_isa)
+    steps, b = raw.shape[0], len(reqs)
+    chosen = [t[j] for j in range(steps) for t in tokens]  # step-major
+    flat_asked = [j * b + i for j in range(steps) for i in asked]  # raw's rows, step-major
+    flat = asked_logprobs(raw.reshape(steps * len(asked), -1), flat_asked, chosen, reqs * steps, cpu_isa)
     tops = flat.top_logprobs
     return [SampleOutput(flat.tokens[j * b:(j + 1) * b], flat.logprobs[j * b:(j + 1) * b],
                          None if tops is None else tops[j * b:(j + 1) * b]) for j in range(steps)]

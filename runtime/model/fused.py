@@ -87,6 +87,7 @@ class FusedLayers:
         self.no_extend = torch.empty(0, dtype=torch.int64)  # a decode step's ext_lens
         self.no_draws = torch.empty(0, 0, dtype=torch.float64)  # decode_steps' u where every row is greedy
         self.no_raw = torch.empty(0)  # decode_steps' raw where no row wants logprobs
+        self.no_raw_rows = torch.empty(0, dtype=torch.int64)
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
                                                             model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads,
                                                             model.rotary.cos, model.rotary.sin, head)
@@ -126,11 +127,12 @@ class FusedLayers:
 
     @torch.inference_mode()
     def decode_steps(self, batch: ForwardBatch, table: torch.Tensor, locs: torch.Tensor, draws: StepDraws | None,
-                     keep_raw: bool = False) -> tuple[list[list[int]], torch.Tensor | None] | None:
+                     raw_rows: list[int] | None = None) -> tuple[list[list[int]], torch.Tensor | None] | None:
         """A decode batch of each request's last token, locs [B, K] its next K slots and what the rows choose with
         (None: every row greedy, without bias or penalties) -> each request's K tokens, the forward passes and token
-        choices of K single steps in one call, and with keep_raw each step's logits as the model gave them, float32
-        [K, B, vocab] (for logprobs); None where the call cannot (no LM head or embedding table inside it)."""
+        choices of K single steps in one call, and where raw_rows names rows, their logits of each step as the
+        model gave them, float32 [K, len(raw_rows), vocab] (for logprobs); None where the call cannot (no LM head or
+        embedding table inside it)."""
         if not self.embed or batch.num_layers is not None:
             return None
         seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
@@ -138,11 +140,13 @@ class FusedLayers:
         u = draws.u if draws is not None else self.no_draws
         settings, tokens = ([], []) if draws is None or draws.penalties is None else draws.penalties.packed()
         vocab = self.model.lm_head.vocab_size
-        raw = torch.empty(locs.shape[1], locs.shape[0], vocab) if keep_raw else self.no_raw
+        keep = bool(raw_rows)
+        raw = torch.empty(locs.shape[1], len(raw_rows), vocab) if keep else self.no_raw
+        rows_kept = torch.tensor(raw_rows, dtype=torch.int64) if keep else self.no_raw_rows
         chosen = self.layers.decode_steps(batch.input_ids, batch.positions, locs, table, batch.req_rows, seq,
                                           self.embed, vocab, rows.temperature, rows.top_k, rows.top_p, rows.min_p, u,
-                                          settings, tokens, raw, self.isa)
-        return chosen.tolist(), raw if keep_raw else None
+                                          settings, tokens, raw, rows_kept, self.isa)
+        return chosen.tolist(), raw if keep else None
 
     def profile_phases(self, on: bool) -> None:
         """Start (from zero) or stop summing where run()'s time goes, per thread and phase."""

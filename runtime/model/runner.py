@@ -113,10 +113,10 @@ class ModelRunner:
         return self.model(batch)
 
     def decode_steps(self, batch: ForwardBatch, locs: list[torch.Tensor], draws: StepDraws | None,
-                     keep_raw: bool = False) -> tuple[list[list[int]], torch.Tensor | None] | None:
+                     raw_rows: list[int] | None = None) -> tuple[list[list[int]], torch.Tensor | None] | None:
         """A decode batch, each request's next K slots and the sampled rows' draws -> each request's K tokens from
-        one call of the fused layers (and with keep_raw each step's logits, [K, B, vocab]); None where they cannot
-        (the caller then runs the steps one forward at a time)."""
+        one call of the fused layers (and each step's logits of raw_rows, [K, len(raw_rows), vocab]); None where
+        they cannot (the caller then runs the steps one forward at a time)."""
         if self.fused is None or self.plan_sink is not None:
             return None
-        return self.fused.decode_steps(batch, self.req_to_token.table, torch.stack(locs), draws, keep_raw)
+        return self.fused.decode_steps(batch, self.req_to_token.table, torch.stack(locs), draws, raw_rows)
