@@ -200,6 +200,8 @@ def main() -> None:
             made = invariance(data, stem)
         elif "engines_tok_s" in data:
             made = quant(data, stem)
+        elif "radixlm_flags" in data:  # run_peers (its --rounds too)
+            made = peers(data, stem)
         elif "bandwidth" in data or "rounds" in data:  # bench_scaling (one bandwidth, or one per round)
             made = scaling(data, stem)
         elif "results" in data:
