@@ -315,10 +315,10 @@ class FusedLayers : public torch::CustomClassHolder {
                                        : embed[0].index_select(0, cur);
       at::Tensor logits = run(x, positions + k, locs.select(1, k).contiguous(), table, req_rows, seq_lens + k,
                               at::empty({0}, at::kLong), static_cast<int64_t>(k_.size()), rows, isa);
-      if (raw.numel() > 0) raw.select(0, k).copy_(logits.index_select(0, raw_rows).narrow(1, 0, vocab));
-      for (int64_t r = 0; r < static_cast<int64_t>(penalties.size()); ++r) {
+      at::Tensor raw_k = raw.numel() > 0 ? raw.select(0, k) : raw;  // this step's kept rows, or nothing to keep
+      if (raw.numel() > 0) at::index_select_out(raw_k, logits.narrow(1, 0, vocab), 0, raw_rows);  // one copy
+      for (int64_t r = 0; r < static_cast<int64_t>(penalties.size()); ++r)
         penalties[r].apply(logits.data_ptr<float>() + r * logits.stride(0));
-      }
       if (u.numel() == 0) {
         cur = argmax_rows(logits, vocab);
       } else {

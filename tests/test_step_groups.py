@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
-from radixlm.runtime.decode.sampler import with_logprobs
+from radixlm.runtime.decode.sampler import asked_logprobs, asking_rows
 from radixlm.runtime.decode.step_groups import StepClock, steps_for
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.messages import LogprobOptions, SamplingParams
@@ -54,8 +54,9 @@ def test_only_the_rows_that_asked_get_logprobs(path):
     reqs = [req(logprobs=True), req(), req(logprobs=True)]
     reqs[2].logprob = LogprobOptions(return_logprob=True, top_logprobs_num=3)
     raw, tokens = torch.randn(3, 500, generator=torch.Generator().manual_seed(0)) * 3, [4, 5, 6]
-    out = with_logprobs(raw, tokens, reqs, path)
-    alone = [with_logprobs(raw[i:i + 1].clone(), tokens[i:i + 1], [reqs[i]], path) for i in (0, 2)]
+    asked = asking_rows(reqs)
+    out = asked_logprobs(raw[asked], asked, tokens, reqs, path)
+    alone = [asked_logprobs(raw[i:i + 1].clone(), [0], tokens[i:i + 1], [reqs[i]], path) for i in (0, 2)]
     assert out.tokens == tokens and out.logprobs[1] == 0.0 and out.top_logprobs[1] == []
     assert [out.logprobs[0], out.logprobs[2]] == [a.logprobs[0] for a in alone]
     assert out.top_logprobs[0] == [] and out.top_logprobs[2] == alone[1].top_logprobs[0]

@@ -114,18 +114,11 @@ def asking_rows(reqs: list[Req]) -> list[int]:
     return [i for i, r in enumerate(reqs) if r.logprob.return_logprob]
 
 
-def with_logprobs(raw: torch.Tensor, tokens: list[int], reqs: list[Req], cpu_isa: int | None = None) -> SampleOutput:
-    """The chosen tokens with their logprobs and each row's top ones (its top_logprobs_num), from the model's own
-    logits [B, V] (``cpu_isa``: see apply_grammars). Only the rows of requests that asked are computed; the others
-    get 0.0 and no top ones."""
-    asked = asking_rows(reqs)
-    return asked_logprobs(raw if len(asked) == len(reqs) else raw[asked], asked, tokens, reqs, cpu_isa)
-
-
 def asked_logprobs(rows: torch.Tensor, asked: list[int], tokens: list[int], reqs: list[Req],
                    cpu_isa: int | None = None) -> SampleOutput:
-    """with_logprobs from the asking rows' logits alone: rows [len(asked), V], row j that of request asked[j]
-    (kernels/sampling.py's row_logprobs)."""
+    """The chosen tokens with their logprobs and each row's top ones (its top_logprobs_num), from the model's own
+    logits of the rows that asked: rows [len(asked), V], row j that of request asked[j] (kernels/sampling.py's
+    row_logprobs; ``cpu_isa``: see apply_grammars). The other requests get 0.0 and no top ones."""
     nums = [reqs[i].logprob.top_logprobs_num for i in asked]
     chosen, ids, vals = row_logprobs(rows, [tokens[i] for i in asked], max(nums, default=0), cpu_isa)
     logprobs, top = [0.0] * len(reqs), [[] for _ in reqs]
