@@ -11,6 +11,7 @@ import torch
 from radixlm.constrained.number_bounds import bound_xgrammar_ebnf
 from radixlm.constrained.schema_support import check_supported
 from radixlm.constrained.spec import ConstraintSpec
+from radixlm.constrained.string_bounds import json_bounded_strings
 
 
 class XGrammarMatcher:
@@ -103,8 +104,8 @@ def bounded_format(fmt: Any, ebnf: Callable[[Any], str]) -> Any:
 def _schema_ebnf(schema: str, strict_mode: bool) -> str:
     import xgrammar as xgr
 
-    return bound_xgrammar_ebnf(str(xgr.Grammar.from_json_schema(schema, any_whitespace=False,
-                                                                 strict_mode=strict_mode)))
+    return bound_xgrammar_ebnf(json_bounded_strings(str(xgr.Grammar.from_json_schema(
+        schema, any_whitespace=False, strict_mode=strict_mode))))
 
 
 def special_ids(tokenizer) -> list[int]:

@@ -239,6 +239,24 @@ def test_numbers_have_bounded_digits(backends, smol_tokenizer, backend):
     assert not accepts('{"n": 1.' + "5" * 17)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_length_bounded_strings_are_json_strings(backends, smol_tokenizer, backend):
+    """A string with maxLength admits JSON's escapes, each one character of the decoded string, and never a raw
+    control character (xgrammar 0.2's own grammar admitted U+0003 and no escape: string_bounds.py)."""
+    grammar = backends[backend].compile(ConstraintSpec.json_schema(
+        {"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}, "required": ["s"]}))
+
+    def accepts(doc: str) -> bool:
+        m = grammar.matcher()
+        return all(m.accept_token(t) for t in smol_tokenizer(doc, add_special_tokens=False)["input_ids"])
+
+    for doc in ('{"s": "abc"}', '{"s": "a\\nb"}', '{"s": "\\"\\\\\\/"}'):
+        assert accepts(doc) and len(json.loads(doc)["s"]) <= 3, doc
+    assert accepts('{"s": "\\u0003"}') == (backend == "xgrammar")  # outlines-core has no \u escape here
+    for doc in ('{"s": "abcd"}', '{"s": "a\x03"}', '{"s": "\\n\\n\\n\\n"}'):
+        assert not accepts(doc), doc
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
