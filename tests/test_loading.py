@@ -126,12 +126,41 @@ def test_a_build_killed_midway_does_not_hang_the_next_start():
     import subprocess
     import sys
 
-    lock = os.path.join(cpu_ext.build_directory(), "lock")
+    from radixlm.kernels import cpu_build
+
+    lock = os.path.join(cpu_build.build_directory(), "lock")
     open(lock, "w").close()
     out = subprocess.run([sys.executable, "-P", "-c", "from radixlm.kernels import cpu_ext; print(cpu_ext.available())"],
                          capture_output=True, text=True, timeout=600)
     assert out.stdout.strip() == "True", out.stderr
     assert not os.path.exists(lock)
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+def test_checkouts_of_the_same_kernels_share_one_build(tmp_path):
+    """The build folder is named by the kernels' content, not by where they lie: a second checkout (here a copy
+    of the kernel files elsewhere) loads the first one's build without compiling, and a changed header names
+    another folder, so two different checkouts never overwrite each other's build."""
+    import shutil
+
+    from radixlm.kernels import cpu_build
+
+    copies = [tmp_path / "a" / "kernels", tmp_path / "b" / "kernels"]
+    for copy in copies:
+        copy.mkdir(parents=True)
+        for path in cpu_build.kernel_files():
+            shutil.copy(path, copy)
+    ours = cpu_build.build_directory()
+    assert [cpu_build.build_directory(str(c)) for c in copies] == [ours, ours]
+    code = ("import logging, sys; logging.basicConfig(level='INFO'); from radixlm.kernels import cpu_build; "
+            "print(cpu_build.build_and_load(sys.argv[1]))")
+    out = subprocess.run([sys.executable, "-P", "-c", code, str(copies[1])], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == ours, out.stderr
+    assert "building" not in out.stderr  # loaded, not compiled
+    with open(copies[0] / "cpu_ops.h", "a") as f:
+        f.write("\n// one more line\n")
+    assert cpu_build.build_directory(str(copies[0])) != ours
 
 
 def test_threads_follow_omp_num_threads_else_the_cpus_the_process_may_use(monkeypatch):
