@@ -13,4 +13,5 @@ from radixlm.runtime.cli import main  # noqa: E402
 from radixlm.runtime.serve.process_utils import exit_now  # noqa: E402
 
 args = sys.argv[1:]
-exit_now(main(args if args[:1] in (["serve"], ["generate"], ["router"], ["-h"], ["--help"]) else ["serve", *args]))
+COMMANDS = ("serve", "generate", "router", "build-kernels", "models", "-h", "--help")
+exit_now(main(args if args[:1] and args[0] in COMMANDS else ["serve", *args]))

