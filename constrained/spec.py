@@ -98,6 +98,14 @@ def spec_from_sampling(params: dict[str, Any]) -> ConstraintSpec | None:
     return ConstraintSpec("ebnf", value)
 
 
+def check_format_name(name: Any, where: str) -> None:
+    """A json_schema format's ``name``, required by OpenAI's API: 1-64 of a-z, A-Z, 0-9, _ and -."""
+    if name is None:
+        raise ValueError(f"{where}: required (1-64 of a-z, A-Z, 0-9, _ and -)")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise ValueError(f"{where}: must be 1-64 of a-z, A-Z, 0-9, _ and -, got {name!r}")
+
+
 def spec_from_response_format(rf: dict[str, Any] | None) -> ConstraintSpec | None:
     """OpenAI response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}."""
     if not rf or rf.get("type") == "text":
@@ -106,6 +114,7 @@ def spec_from_response_format(rf: dict[str, Any] | None) -> ConstraintSpec | Non
         return ConstraintSpec("json_object", "")
     if rf.get("type") == "json_schema":
         js = rf.get("json_schema") or {}
+        check_format_name(js.get("name"), "response_format.json_schema.name")
         if "schema" not in js:
             raise ValueError("response_format.json_schema.schema: required")
         return ConstraintSpec.json_schema(js["schema"])

@@ -143,7 +143,8 @@ def test_responses_unsupported_are_400(server):
                         ({"tools": [{"type": "web_search"}]}, "tools"), ({"include": ["x"]}, "include"),
                         ({"input": [{"type": "image", "url": "x"}]}, "input"), ({"frequency": 1}, "frequency"),
                         ({"text": {"verbosity": "low"}}, "text"), ({"reasoning": {"x": 1}}, "reasoning"),
-                        ({"reasoning": {"effort": "low"}}, "reasoning")]:
+                        ({"reasoning": {"effort": "low"}}, "reasoning"),
+                        ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text")]:  # no name
         r = httpx.post(f"{server.url}/v1/responses", json={"input": "hi", **body}, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
 

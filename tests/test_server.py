@@ -34,6 +34,7 @@ def test_chat_text_stream_and_usage(client, smol_tokenizer):
     chat = client.chat.completions.create(model="default", messages=msgs, max_tokens=16, temperature=0)
     text = chat.choices[0].message.content
     assert text and chat.choices[0].finish_reason in ("stop", "length")
+    assert chat.choices[0].message.refusal is None and "refusal" in chat.choices[0].message.model_fields_set
     text_prompt = smol_tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     ids = smol_tokenizer(text_prompt, add_special_tokens=False)["input_ids"]
     assert chat.usage.prompt_tokens == len(ids)
@@ -42,6 +43,7 @@ def test_chat_text_stream_and_usage(client, smol_tokenizer):
                                             stream_options={"include_usage": True})
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert "refusal" in chunks[0].choices[0].delta.model_fields_set  # null, as OpenAI's first delta has it
     assert chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
     comp = client.completions.create(model="default", prompt="The capital of France is", max_tokens=8, temperature=0)
     assert comp.choices[0].text.startswith(" Paris")
@@ -109,6 +111,10 @@ def test_disconnect_mid_stream_frees_the_request(server):
      400, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]}, 400, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}],  # OpenAI requires the schema's name
+      "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}}, 400, "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}}, 400, "response_format"),
 ])
 def test_bad_input_gets_openai_errors(server, body, status, param):
     kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, str) else {"json": body}
@@ -116,6 +122,8 @@ def test_bad_input_gets_openai_errors(server, body, status, param):
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["message"] and err["type"] == "invalid_request_error" and err["param"] == param
+    if param == "response_format":
+        assert "response_format.json_schema.name" in err["message"]
     ok = httpx.post(f"{server.url}/v1/chat/completions", timeout=30,
                     json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     assert ok.status_code == 200
@@ -219,8 +227,16 @@ def test_api_key_stream_interval_and_clean_shutdown(server_process):
     srv = server_process("--api-key", "sekrit", "--max-total-tokens", "4096", "--stream-interval", "4")
     try:
         assert httpx.get(f"{srv.url}/health").status_code == 200
-        r = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer wrong"})
-        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/generate"),
+                             ("GET", "/metrics"), ("POST", "/v1/responses")):
+            for auth in ({"Authorization": "Bearer wrong"}, {}):  # an unknown key, and none
+                r = httpx.request(method, f"{srv.url}{path}", headers=auth, json={})
+                # OpenAI's body for a wrong key, whatever the route
+                assert r.status_code == 401 and r.json() == {"error": {
+                    "message": "invalid or missing API key", "type": "invalid_request_error", "param": None,
+                    "code": "invalid_api_key"}}, (path, r.text)
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"{srv.url}/v1", api_key="wrong").models.list()
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="sekrit")
         assert client.models.list().data
         # --stream-interval 4: the same text in fewer chunks, the first one alone

@@ -63,8 +63,8 @@ class Guard:
         if tenancy.required and path not in self.public:
             request.state.tenant = tenancy.authenticate(request.headers.get("authorization", ""))
             if request.state.tenant is None:
-                return ApiError(401, "invalid or missing API key", code="invalid_api_key",
-                                err_type="authentication_error")
+                # OpenAI's own 401 for a wrong key: type invalid_request_error, code invalid_api_key
+                return ApiError(401, "invalid or missing API key", code="invalid_api_key")
         if tm.dead and path not in ("/metrics",):
             return ApiError(503, tm.dead, err_type="server_error")
         if tm.draining and path in ("/health", "/health_generate"):

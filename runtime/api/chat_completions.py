@@ -102,7 +102,7 @@ async def chat_completions(serving: Serving, req: ChatCompletionRequest, request
 def chat_choice(serving: Serving, plan: ChatPlan, c: Choice, logprobs: bool) -> dict[str, Any]:
     stream = MessageStream(plan.prompt.syntax, f"{plan.call_prefix}_{c.index}")
     stream.feed("".join(c.text), finished=True)
-    return {"index": c.index, "message": {"role": "assistant", **stream.message()},
+    return {"index": c.index, "message": {"role": "assistant", **stream.message(), "refusal": None},
             "logprobs": token_logprobs(serving, c) if logprobs else None,
             "finish_reason": "tool_calls" if stream.tool_calls_done() else finish_reason(c.last)}
 
@@ -113,7 +113,8 @@ async def chat_stream(serving: Serving, plan: ChatPlan, events, model: str, incl
     base = {"id": plan.rid, "object": "chat.completion.chunk", "created": now(), "model": model}
     streams = [MessageStream(plan.prompt.syntax, f"{plan.call_prefix}_{c.index}") for c in choices]
     # with tools the answer may be calls only (content null, as OpenAI sends it), so no empty content up front
-    first = {"role": "assistant"} if plan.prompt.syntax.tools else {"role": "assistant", "content": ""}
+    first = {"role": "assistant", "refusal": None} if plan.prompt.syntax.tools else \
+        {"role": "assistant", "content": "", "refusal": None}
     for c in choices:
         yield sse({**base, "choices": [{"index": c.index, "delta": first,
                                         "logprobs": None, "finish_reason": None}]})

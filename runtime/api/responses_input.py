@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from radixlm.constrained.spec import ConstraintSpec, spec_from_response_format
+from radixlm.constrained.spec import ConstraintSpec, check_format_name, spec_from_response_format
 from radixlm.runtime.api.protocol import ChatMessage, ResponsesRequest
 from radixlm.runtime.api.serving import ApiError
 
@@ -58,6 +58,7 @@ def text_spec(text: dict[str, Any] | None) -> ConstraintSpec | None:
         raise ApiError(400, "text.format must be an object", param="text")
     try:
         if fmt.get("type") == "json_schema":
+            check_format_name(fmt.get("name"), "text.format.name")
             if "schema" not in fmt:
                 raise ValueError("text.format.schema: required")
             return ConstraintSpec.json_schema(fmt["schema"])
