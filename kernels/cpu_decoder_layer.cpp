@@ -245,7 +245,9 @@ class FusedLayers : public torch::CustomClassHolder {
     check_call(x, positions, loc, k_[0], cos_.size(0));
     check_requests(table, req_rows, seq_lens, ext_lens, x.size(0));
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
-    at::Tensor residual = at::zeros_like(x);
+    // the residual stream in float32, as llama.cpp keeps it: rounded to bfloat16 at each of a layer's two adds it
+    // was a third of the default path's KL divergence from the float model (benchmarks/bench_fidelity.py)
+    at::Tensor residual = at::zeros(x.sizes(), x.options().dtype(at::kFloat));
     check_logit_rows(logit_rows, x.size(0));
     LayerBuffers buffers = carve(workspace_, x, lw_[0], num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =

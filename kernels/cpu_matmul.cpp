@@ -2,8 +2,8 @@
 // times W [N, K]^T -> y [M, N] in x's dtype. Torch references: cpu_matmul.py. The bodies are in cpu_matmul_body.h,
 // compiled once per instruction set; these are the ops, their checks and the threading.
 //
-// Quantized weights: the activations are quantized on the fly to int8, one scale per block of 64 along K
-// (a = max|x| / 127, measured lossless on SmolLM2), so the inner product is an int8 dot product
+// Quantized weights: the activations are quantized on the fly to int8, one scale per group of 32 along K
+// (a = max|x| / 127, as llama.cpp's Q8_0 / Q8_1 activations), so the inner product is an int8 dot product
 // (AVX512-VNNI's vpdpbusd, AVX2's vpmaddubsw + vpmaddwd, or the AVX2 + VNNI path's 256-bit vpdpbusd) instead
 // of float FMAs.
 //

@@ -3,7 +3,7 @@ torch references.
 
 ``isa`` is the kernel path (``cpu_ext.resolve``); ``cpu_ext.available()`` builds and loads the kernels.
 
-The quantized ones quantize x to int8 on the fly, one scale per block of 64 along K; the dense one widens x
+The quantized ones quantize x to int8 on the fly, one scale per group of 32 along K; the dense one widens x
 to float32 and sums k in order; see the .cpp for the layouts. Shapes: x [M, K], y [M, N]; the weights as
 pack_int4 / pack_int8 / pack_dense lay them out (16-row tiles). int4 minimums may be None (GGUF's Q4_0:
 w = d (q - 8), the kernel takes mn = -8 d).
@@ -42,7 +42,7 @@ IQ4_VALUES = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 
 GRID_VALUES = torch.tensor([-43, -25, -8, 8, 25, 43, -9, -7, -1, 1, 7, 9, 0, 0, 0, 0], dtype=torch.int8)
 IQ4_GROUP_BYTES = {256: False, 272: True}  # the IQ4 layout's bytes a group of 32 -> IQ4_XS's (16 scales follow)
 TABLE_BYTES = 4 * 32 + 16  # the table form's bytes a sub-block of 16: 4 k-quads of nibbles, then 16 scales
-__all__ = ["available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear",
+__all__ = ["BLOCK", "available", "dense_linear", "int2_linear", "int3_linear", "int4_linear", "int5_linear", "int6_linear",
            "int8_linear", "int8_rows", "pack_dense", "pack_int2", "pack_int3", "pack_int4", "pack_int5", "pack_int6",
            "pack_int8", "pack_iq4", "pack_table"]
 NO_MINS = torch.empty(0, dtype=torch.float16)
@@ -357,8 +357,8 @@ def dequantize_int4(codes: torch.Tensor, d: torch.Tensor, mn: torch.Tensor | Non
 
 
 def quantize_x_torch(x: torch.Tensor) -> torch.Tensor:
-    """x [M, K] -> x as the kernels see it: int8 per block of 64 (a = max|x| / 127), dequantized, float32."""
-    xb = x.float().view(x.shape[0], -1, BLOCK)
+    """x [M, K] -> x as the kernels see it: int8 per group of 32 (a = max|x| / 127), dequantized, float32."""
+    xb = x.float().view(x.shape[0], -1, GROUP)
     amax = xb.abs().amax(-1, keepdim=True)
     inv = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
     return (torch.round(xb * inv) * (amax / 127)).view(x.shape)

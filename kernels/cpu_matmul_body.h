@@ -22,44 +22,39 @@ inline void prefetch_lines(const uint8_t* p, int64_t bytes, bool stream) {
   for (int64_t line = 0; line < bytes; line += 64) prefetch_weight(p + line, stream);
 }
 
-// x rows [r0, r1), blocks [b0, b1) of each, quantized per 64-block (a block's result depends on nothing
-// else): q int8, a = max|x| / 127 per block, s = sum(q) per group of 32, t = a * s per group (int4's minimum
-// term), s16 = sum(q) per 16 (int6's offset term).
+// x rows [r0, r1), 64-blocks [b0, b1) of each, quantized per group of 32 (a group's result depends on nothing
+// else): q int8, a = max|x| / 127 per group, s = sum(q) per group, t = a * s per group (int4's minimum term), s16 =
+// sum(q) per 16 (int6's offset term). Groups of 32, as llama.cpp's Q8_0 / Q8_1: one scale per 64 doubled the
+// KL divergence from the float model (benchmarks/bench_fidelity.py).
 template <typename T>
 void quantize_rows(const T* x, int64_t r0, int64_t r1, int64_t b0, int64_t b1, const QuantizedX& out) {
   const int64_t k = out.k, nb = out.nb;
   for (int64_t i = r0; i < r1; ++i) {
     for (int64_t b = b0; b < b1; ++b) {
       const T* src = x + i * k + b * kBlock;
-      F16 v[4];
-      F16 amax = fzero();
-      for (int j = 0; j < 4; ++j) {
-        v[j] = fload(src + 16 * j);
-        amax = fmax(amax, fabs(v[j]));
-      }
-      const float mx = reduce_max(amax);
-      const float a = mx / 127.f;
-      const F16 inv = fset1(mx > 0.f ? 127.f / mx : 0.f);
-      I16 iv[4];
-      for (int j = 0; j < 4; ++j) iv[j] = round_to_int(mul(v[j], inv));
       int8_t* dst = out.q + i * k + b * kBlock;
-      for (int j = 0; j < 4; ++j) store_int8(dst + 16 * j, iv[j]);
-      int32_t s4[4];
-      for (int j = 0; j < 4; ++j) s4[j] = isum(iv[j]);
-      const int32_t s0 = s4[0] + s4[1], s1 = s4[2] + s4[3];
-      for (int j = 0; j < 4; ++j) out.s16[(i * nb + b) * 4 + j] = static_cast<int16_t>(s4[j]);
-      const int64_t g = (i * nb + b) * 2;
-      out.s[g] = s0;
-      out.s[g + 1] = s1;
-      out.t[g] = a * static_cast<float>(s0);
-      out.t[g + 1] = a * static_cast<float>(s1);
-      out.a[i * nb + b] = a;
+      for (int h = 0; h < 2; ++h) {
+        const F16 v0 = fload(src + 32 * h), v1 = fload(src + 32 * h + 16);
+        const float mx = reduce_max(fmax(fabs(v0), fabs(v1)));
+        const float a = mx / 127.f;
+        const F16 inv = fset1(mx > 0.f ? 127.f / mx : 0.f);
+        const I16 q0 = round_to_int(mul(v0, inv)), q1 = round_to_int(mul(v1, inv));
+        store_int8(dst + 32 * h, q0);
+        store_int8(dst + 32 * h + 16, q1);
+        const int32_t s0 = isum(q0), s1 = isum(q1);
+        out.s16[(i * nb + b) * 4 + 2 * h] = static_cast<int16_t>(s0);
+        out.s16[(i * nb + b) * 4 + 2 * h + 1] = static_cast<int16_t>(s1);
+        const int64_t g = (i * nb + b) * 2 + h;
+        out.s[g] = s0 + s1;
+        out.t[g] = a * static_cast<float>(s0 + s1);
+        out.a[g] = a;
+      }
     }
   }
 }
 
-// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 (Bits 4) or int5 (Bits 5) weights. Per 64-block of K (one
-// activation scale, two weight groups): the groups' int32 dot products scaled as (ip0 d0 + ip1 d1) a, plus the
+// y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int4 (Bits 4) or int5 (Bits 5) weights. Per group of 32 along K (one
+// weight scale d_g, one activation scale a_g): the group's int32 dot product scaled as (ip d_g) a_g, plus the
 // minimums' mn_g t_g. Without stored minimums (mn null: GGUF's Q4_0, w = d (q - 8)) mn_g is -8 d_g, exactly
 // what a stored one would hold, so the result is the same bits either way (int5 always stores them).
 // KForm (GGUF's Q4_K / Q5_K layout): each group's codes are followed by the tile's 16 6-bit scales sc_g and 16
@@ -92,7 +87,6 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
       if constexpr (KForm) return mul(to_float(widen_int8(sub(g) + 16)), fload(mt + b / 4 * 16));  // m_g [16]
       return mt != nullptr ? fload(mt + g * 16) : mul(fload(dt + g * 16), fset1(-8.f));
     };
-    F16 both[MT];
     for (int h = 0; h < 2; ++h) {
       if constexpr (MT == 1) prefetch_lines(ahead + h * kGroupBytes, kGroupBytes, xq.stream);
       I16 ip[MT];
@@ -102,12 +96,13 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
         dot_int4_group<MT>(wt + (2 * b + h) * kGroupBytes, xs + b * kBlock + 32 * h, k, ip);
       }
       const F16 dh = scale(2 * b + h);
-      for (int i = 0; i < MT; ++i) both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
+      for (int i = 0; i < MT; ++i) {
+        acc[i] = fmadd(mul(to_float(ip[i]), dh), fset1(xq.a[((m0 + i) * nb + b) * 2 + h]), acc[i]);
+      }
     }
     const F16 n0 = minimum(2 * b), n1 = minimum(2 * b + 1);
     for (int i = 0; i < MT; ++i) {
       const float* t = xq.t + ((m0 + i) * nb + b) * 2;
-      acc[i] = fmadd(both[i], fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
       acc[i] = fmadd(n0, fset1(t[0]), acc[i]);
       acc[i] = fmadd(n1, fset1(t[1]), acc[i]);
     }
@@ -117,9 +112,9 @@ void nibble_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, in
 
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int8 weights, w = d q per group of 32 along K (GGUF's Q8_0), or
 // (Iq4) int4 codes indexing 16 int8 values kv (IQ4_NL's for GGUF's IQ4_NL and IQ4_XS), w = d kv[q] (Xs: each group's
-// codes followed by the tile's 16 int8 scales sc, d per 256, so d_g = d sc exactly in float32): per 64-block of K
-// (one activation scale, two weight groups) the groups' exact int32 dot products (less the bias times sum(x) where
-// the path biases w to unsigned bytes) scaled as (ip0 d0 + ip1 d1) a, the same order of operations as int4's.
+// codes followed by the tile's 16 int8 scales sc, d per 256, so d_g = d sc exactly in float32): per group of 32
+// along K (one weight scale, one activation scale) the exact int32 dot product (less the bias times sum(x) where
+// the path biases w to unsigned bytes) scaled as (ip d) a, the same order of operations as int4's.
 // Small: the values lie in [-64, 63] and come plus 64 (kUnsignedTables).
 template <int MT, bool Iq4, bool Xs, typename T, bool Small = false>
 void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& values, int64_t n, int64_t tile,
@@ -136,7 +131,6 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& va
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* ahead = wt + 2 * (b + kPrefetch8) * kGroupBytes;  // the block kPrefetch8 blocks on
     if constexpr (MT > 1) prefetch_lines(ahead, 2 * kGroupBytes, xq.stream);
-    F16 both[MT];
     for (int h = 0; h < 2; ++h) {
       if constexpr (MT == 1) prefetch_lines(ahead + h * kGroupBytes, kGroupBytes, xq.stream);
       I16 ip[MT];
@@ -157,34 +151,32 @@ void byte_value_tile(const uint8_t* codes, const at::Half* d, const Iq4Table& va
       }
       for (int i = 0; i < MT; ++i) {
         if (kBias != 0) ip[i] = isub_scalar(ip[i], kBias * xq.s[((m0 + i) * nb + b) * 2 + h]);
-        both[i] = h == 0 ? mul(to_float(ip[i]), dh) : fmadd(to_float(ip[i]), dh, both[i]);
+        acc[i] = fmadd(mul(to_float(ip[i]), dh), fset1(xq.a[((m0 + i) * nb + b) * 2 + h]), acc[i]);
       }
     }
-    for (int i = 0; i < MT; ++i) acc[i] = fmadd(both[i], fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
   }
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);
 }
 
 // Adds the offsets' -off sc_j s16_j (int6: off 32, int3: 4) to sum, or the minimums' m_j s16_j (int2) to mins, for
-// sub-blocks (0, 1) and (2, 3) of a 64-block (sub: its first) as int16 pairs (|off sc_j| <= 4,096, |s16| <= 2,032)
+// sub-blocks (2 p, 2 p + 1) of a 64-block (sub: its first), its group of 32 p, as int16 pairs (|off sc_j| <= 4,096, |s16| <= 2,032)
 // against row i's pair of s16 (two int16 read as one int32): the same integers as the tile's per sub-block form
 template <int MT, int Bits>
-inline void add_offset_pairs(const uint8_t* sub, const QuantizedX& xq, int64_t m0, int64_t b, I16* sum, F16* mins) {
+inline void add_offset_pairs(const uint8_t* sub, const QuantizedX& xq, int64_t m0, int64_t b, int p, I16* sum,
+                             F16* mins) {
   constexpr int64_t kSub = sub_block_bytes(Bits), kCoefAt = 4 * sub_quad_bytes(Bits) + (Bits == 2 ? 16 : 0);
   constexpr int16_t kCoef = Bits == 2 ? 1 : -sub_offset(Bits);
   I16 msum[MT];
   for (int i = 0; i < MT; ++i) msum[i] = izero();
-  for (int p = 0; p < 2; ++p) {
-    const int8_t* c0 = reinterpret_cast<const int8_t*>(sub + 2 * p * kSub + kCoefAt);
-    const I16 pairs = widen_pairs(c0, c0 + kSub, kCoef);
-    for (int i = 0; i < MT; ++i) {
-      int32_t s_pair;
-      std::memcpy(&s_pair, xq.s16 + ((m0 + i) * xq.nb + b) * 4 + 2 * p, 4);
-      if constexpr (Bits == 2) {
-        msum[i] = idot_pairs(pairs, s_pair, msum[i]);
-      } else {
-        sum[i] = idot_pairs(pairs, s_pair, sum[i]);
-      }
+  const int8_t* c0 = reinterpret_cast<const int8_t*>(sub + 2 * p * kSub + kCoefAt);
+  const I16 pairs = widen_pairs(c0, c0 + kSub, kCoef);
+  for (int i = 0; i < MT; ++i) {
+    int32_t s_pair;
+    std::memcpy(&s_pair, xq.s16 + ((m0 + i) * xq.nb + b) * 4 + 2 * p, 4);
+    if constexpr (Bits == 2) {
+      msum[i] = idot_pairs(pairs, s_pair, msum[i]);
+    } else {
+      sum[i] = idot_pairs(pairs, s_pair, sum[i]);
     }
   }
   if constexpr (Bits == 2) {
@@ -194,8 +186,8 @@ inline void add_offset_pairs(const uint8_t* sub, const QuantizedX& xq, int64_t m
 
 // y[m0 : m0 + MT, 16 tile : 16 tile + 16] for int6 weights (Bits 6, GGUF's Q6_K: w = d sc_j (q - 32), q in [0, 63])
 // or int3 (Bits 3, Q3_K: w = d sc_j (q - 4), q in [0, 7]): sc_j int8 per sub-block of 16 along K, d float16 per 256.
-// Per 64-block of K (one activation scale a) the four sub-blocks' exact int32 sum of sc_j (ip_j - off s16_j), then
-// times d a: the file's own arithmetic, no rounding of d sc_j. codes [N / 16, K / 16, SubBytes]: per sub-block 4
+// Per group of 32 along K (one activation scale a) its two sub-blocks' exact int32 sum of sc_j (ip_j - off s16_j),
+// then times d a: the file's own arithmetic, no rounding of d sc_j. codes [N / 16, K / 16, SubBytes]: per sub-block 4
 // k-quads (int6: 48 bytes, int4's 32 bytes of nibbles then 16 of high bits, lane l's two at bits 2 (l / 16) of byte
 // l % 16; int3: 24 bytes, the low two bits so, then 8 of third bits, bit l for lane l), then the 16 rows' sc_j.
 // int2 (Bits 2, Q2_K): w = d sc_j q - dmin m_j, q in [0, 3], sc_j and m_j 4-bit: the int32 sums of sc_j ip_j and of
@@ -220,35 +212,37 @@ void subblock_tile(const uint8_t* codes, const at::Half* d, const at::Half* mn, 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* ahead = wt + (4 * b + 8) * kSub;  // the block two on
     if constexpr (MT > 1) prefetch_lines(ahead, 4 * kSub, xq.stream);
-    I16 sum[MT];
-    F16 mins[MT];  // int2's sum of m_j s16_j (exact in float32: below 2^24)
-    for (int i = 0; i < MT; ++i) sum[i] = izero();
-    for (int i = 0; i < MT; ++i) mins[i] = fzero();
-    if constexpr (kPairs) add_offset_pairs<MT, Bits>(wt + 4 * b * kSub, xq, m0, b, sum, mins);
-    for (int j = 0; j < 4; ++j) {
-      const uint8_t* sub = wt + (4 * b + j) * kSub;
-      if constexpr (MT == 1) prefetch_lines(ahead + j * kSub, kSub, xq.stream);
-      const int16_t* s16 = xq.s16 + (m0 * nb + b) * 4 + j;  // row i's at s16[i nb 4]
-      I16 ip[MT];
-      if constexpr (Bits == 6) dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      if constexpr (Bits == 3) dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      if constexpr (Bits == 2) dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
-      if constexpr (Bits == 4) dot_table<MT, 4>(sub, xs + b * kBlock + 16 * j, k, *table, ip);
-      const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt));
-      for (int i = 0; i < MT; ++i) {
-        const I16 off = kPairs || Bits == 2 ? ip[i] : isub_scalar(ip[i], sub_offset(Bits) * s16[i * nb * 4]);
-        sum[i] = imadd(off, sc, sum[i]);
-      }
-      if constexpr (!kPairs && Bits == 2) {
-        const F16 mj = to_float(widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt + 16)));
-        for (int i = 0; i < MT; ++i) mins[i] = fmadd(mj, fset1(static_cast<float>(s16[i * nb * 4])), mins[i]);
-      }
-    }
     const F16 db = fload(dt + (b / 4) * 16);
-    for (int i = 0; i < MT; ++i) {
-      F16 v = mul(to_float(sum[i]), db);
-      if constexpr (Bits == 2) v = fmadd(mins[i], fload(mn + tile * (k / 256) * 16 + (b / 4) * 16), v);
-      acc[i] = fmadd(v, fset1(xq.a[(m0 + i) * nb + b]), acc[i]);
+    for (int p = 0; p < 2; ++p) {  // the block's groups of 32, each with its activation scale
+      I16 sum[MT];
+      F16 mins[MT];  // int2's sum of m_j s16_j (exact in float32: below 2^24)
+      for (int i = 0; i < MT; ++i) sum[i] = izero();
+      for (int i = 0; i < MT; ++i) mins[i] = fzero();
+      if constexpr (kPairs) add_offset_pairs<MT, Bits>(wt + 4 * b * kSub, xq, m0, b, p, sum, mins);
+      for (int j = 2 * p; j < 2 * p + 2; ++j) {
+        const uint8_t* sub = wt + (4 * b + j) * kSub;
+        if constexpr (MT == 1) prefetch_lines(ahead + j * kSub, kSub, xq.stream);
+        const int16_t* s16 = xq.s16 + (m0 * nb + b) * 4 + j;  // row i's at s16[i nb 4]
+        I16 ip[MT];
+        if constexpr (Bits == 6) dot_int6_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+        if constexpr (Bits == 3) dot_int3_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+        if constexpr (Bits == 2) dot_int2_sub<MT>(sub, xs + b * kBlock + 16 * j, k, ip);
+        if constexpr (Bits == 4) dot_table<MT, 4>(sub, xs + b * kBlock + 16 * j, k, *table, ip);
+        const I16 sc = widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt));
+        for (int i = 0; i < MT; ++i) {
+          const I16 off = kPairs || Bits == 2 ? ip[i] : isub_scalar(ip[i], sub_offset(Bits) * s16[i * nb * 4]);
+          sum[i] = imadd(off, sc, sum[i]);
+        }
+        if constexpr (!kPairs && Bits == 2) {
+          const F16 mj = to_float(widen_int8(reinterpret_cast<const int8_t*>(sub + kScalesAt + 16)));
+          for (int i = 0; i < MT; ++i) mins[i] = fmadd(mj, fset1(static_cast<float>(s16[i * nb * 4])), mins[i]);
+        }
+      }
+      for (int i = 0; i < MT; ++i) {
+        F16 v = mul(to_float(sum[i]), db);
+        if constexpr (Bits == 2) v = fmadd(mins[i], fload(mn + tile * (k / 256) * 16 + (b / 4) * 16), v);
+        acc[i] = fmadd(v, fset1(xq.a[((m0 + i) * nb + b) * 2 + p]), acc[i]);
+      }
     }
   }
   for (int i = 0; i < MT; ++i) fstore(y + (m0 + i) * n + tile * 16, acc[i]);

@@ -2,7 +2,8 @@
 // silu(gate) * up; torch's CPU ops take several passes in bfloat16. The compiled decode step gets the same
 // fusion from inductor and keeps torch's ops. Torch references: cpu_norm_act.py; body: cpu_norm_act_body.h.
 //
-// x, residual [T, H], weight [H] in x's dtype (float32 or bfloat16), computed in float32 and rounded once.
+// x [T, H], weight [H] in x's dtype (float32 or bfloat16), residual [T, H] in x's dtype or float32; computed in
+// float32 and rounded once.
 #include "cpu_isa.h"
 #include "cpu_ops.h"
 
@@ -32,9 +33,17 @@ void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor&
                     at::Tensor& out, int64_t isa) {
   dispatch_float_bf16(x, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    T* rd = residual != nullptr ? residual->data_ptr<T>() : nullptr;
-    RADIXLM_ISA_CALL(isa, rms_norm_rows<T>, x.data_ptr<T>(), rd, w.data_ptr<T>(), r0, r1, x.size(1),
-                     static_cast<float>(eps), out.data_ptr<T>());
+    auto rows = [&](auto* rd) {
+      RADIXLM_ISA_CALL(isa, rms_norm_rows, x.data_ptr<T>(), rd, w.data_ptr<T>(), r0, r1, x.size(1),
+                       static_cast<float>(eps), out.data_ptr<T>());
+    };
+    if (residual == nullptr) {
+      rows(static_cast<T*>(nullptr));
+    } else if (residual->scalar_type() == at::kFloat) {
+      rows(residual->data_ptr<float>());
+    } else {
+      rows(residual->data_ptr<T>());
+    }
   });
 }
 
@@ -57,8 +66,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, int64_
 at::Tensor add_rms_norm_(const at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps, int64_t isa) {
   check_isa(isa);
   check_rows(x, w);
-  TORCH_CHECK(residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() && residual.is_contiguous(),
-              "residual must be a contiguous tensor of x's shape and dtype");
+  TORCH_CHECK(residual.sizes() == x.sizes() && residual.is_contiguous() &&
+                  (residual.scalar_type() == x.scalar_type() || residual.scalar_type() == at::kFloat),
+              "residual must be a contiguous tensor of x's shape, in x's dtype or float32");
   return norm(x, &residual, w, eps, isa);
 }
 

@@ -11,9 +11,10 @@ void norm_row(const float* buf, const T* w, int64_t h, float eps, T* out) {
   for (int64_t j = 0; j < h; j += 16) fstore(out + j, mul(mul(fload(buf + j), inv), fload(w + j)));
 }
 
-// rows [r0, r1) of x [T, H]; with res: res <- x + res (rounded to T, as torch's add), normed from there.
-template <typename T>
-void rms_norm_rows(const T* x, T* res, const T* w, int64_t r0, int64_t r1, int64_t h, float eps, T* out) {
+// rows [r0, r1) of x [T, H]; with res: res <- x + res (rounded to R: T as torch's add, or float32, the fused layers'
+// residual stream), normed from there.
+template <typename T, typename R>
+void rms_norm_rows(const T* x, R* res, const T* w, int64_t r0, int64_t r1, int64_t h, float eps, T* out) {
   std::vector<float> buf(h);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t j = 0; j < h; j += 16) {

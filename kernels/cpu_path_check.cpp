@@ -224,9 +224,9 @@ void check_norm_act_rope(const char* dtype) {
          kc.data(), vc.data(), slots * d);
   };
   std::vector<T> p[6], o[6];
-  run(radixlm_portable::rms_norm_rows<T>, radixlm_portable::silu_mul_rows<T>, radixlm_portable::rope_store_rows<4, T>,
+  run(radixlm_portable::rms_norm_rows<T, T>, radixlm_portable::silu_mul_rows<T>, radixlm_portable::rope_store_rows<4, T>,
       p[0], p[1], p[2], p[3], p[4], p[5]);
-  run(radixlm_path::rms_norm_rows<T>, radixlm_path::silu_mul_rows<T>, radixlm_path::rope_store_rows<4, T>, o[0], o[1],
+  run(radixlm_path::rms_norm_rows<T, T>, radixlm_path::silu_mul_rows<T>, radixlm_path::rope_store_rows<4, T>, o[0], o[1],
       o[2], o[3], o[4], o[5]);
   const char* names[6] = {"residual add", "RMSNorm", "silu * up", "RoPE q", "RoPE k store", "v store"};
   for (int i = 0; i < 6; ++i) expect_same((std::string(names[i]) + " " + dtype).c_str(), p[i], o[i]);

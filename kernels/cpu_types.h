@@ -38,9 +38,10 @@ inline Iq4Table biased_values(const int8_t* values, int32_t bias) {
 // prefetches the weights as lines not read again (prefetch_weight).
 constexpr int64_t kStreamRows = 4;
 
-// x quantized per 64-block for the quantized matmuls: q [M, K] int8, a [M, K / 64] (the block's scale), s (int32)
-// and t = a * s (float) [M, K / 32] per group of 32, s16 (int16, |s16| <= 2,032) [M, K / 16] per 16 (the sub-block
-// forms'; two neighbours read as one int32 are an int16 pair for idot_pairs). A view of memory its owner keeps.
+// x quantized per group of 32 for the quantized matmuls: q [M, K] int8, a (the group's scale), s (int32) and t =
+// a * s (float) [M, K / 32] per group, s16 (int16, |s16| <= 2,032) [M, K / 16] per 16 (the sub-block forms'; two
+// neighbours read as one int32 are an int16 pair for idot_pairs); nb: K / 64, the 64-blocks the tiles walk. A view
+// of memory its owner keeps.
 struct QuantizedX {
   int8_t* q;
   float* a;
@@ -52,13 +53,13 @@ struct QuantizedX {
 
   // bytes of the buffers for m rows of k columns (each 64-byte aligned), and a view of them at base
   static int64_t bytes(int64_t m, int64_t k) {
-    return aligned(m * k) + aligned(m * k / 64 * 4) + 2 * aligned(m * k / 32 * 4) + aligned(m * k / 16 * 2);
+    return aligned(m * k) + 3 * aligned(m * k / 32 * 4) + aligned(m * k / 16 * 2);
   }
   static QuantizedX at(void* base, int64_t m, int64_t k) {
     char* p = static_cast<char*>(base);
     int8_t* q = reinterpret_cast<int8_t*>(p);
     float* a = reinterpret_cast<float*>(p += aligned(m * k));
-    float* t = reinterpret_cast<float*>(p += aligned(m * k / 64 * 4));
+    float* t = reinterpret_cast<float*>(p += aligned(m * k / 32 * 4));
     int32_t* s = reinterpret_cast<int32_t*>(p += aligned(m * k / 32 * 4));
     int16_t* s16 = reinterpret_cast<int16_t*>(p + aligned(m * k / 32 * 4));
     return {q, a, t, s, s16, k, k / 64, m <= kStreamRows};
