@@ -10,13 +10,15 @@ from hypothesis import strategies as st
 
 from radixlm.runtime.api.message_stream import MessageStream, Syntax, value_end
 from radixlm.runtime.api.reasoning import PARSERS
-from radixlm.runtime.api.tool_formats import FORMATS
+from radixlm.runtime.api.tool_formats import FORMATS, HERMES, JSON_FENCE, JSON_OBJECT
 from radixlm.runtime.decode.text import IncrementalText
 
 THINK = PARSERS["qwen3"]
 FUNCS = ("get_weather", "search", "add")
 # text that brushes against every marker
-PIECES = list("ab <>/{}[]\"\n,;:") + ["<think>", "</think", "<tool_call", "[TOOL", '{"name": ', "STOP"]
+PIECES = list("ab <>/{}[]\"\n,;:`") + ["<think>", "</think", "<tool_call", "[TOOL", '{"name": ', "STOP", "```json\n",
+                                       '{"name": "search"', "\n```"]
+QWEN = (JSON_FENCE, JSON_OBJECT)  # what Qwen2.5 models also write beside their template's hermes tags
 TEXT = st.lists(st.sampled_from(PIECES), max_size=12).map("".join)
 ARGS = st.dictionaries(st.text("xyz", min_size=1, max_size=3),
                        st.one_of(st.integers(-5, 5), st.text('ab"}\\{ ', max_size=4), st.booleans(),
@@ -61,7 +63,9 @@ def run(text: str, cuts: list[int], syntax: Syntax, stop: list[str]) -> tuple[di
 
 @st.composite
 def answers(draw):
-    fmt = FORMATS[draw(st.sampled_from(sorted(FORMATS)))]
+    name = draw(st.sampled_from([*sorted(FORMATS), "qwen"]))
+    fmt, also = (HERMES, QWEN) if name == "qwen" else (FORMATS[name], ())
+    written = draw(st.sampled_from([fmt, *also]))  # the form the calls come in
     opened = draw(st.booleans())
     think = draw(st.one_of(st.none(), TEXT))
     calls = draw(st.lists(st.tuples(st.sampled_from(FUNCS), ARGS), max_size=3))
@@ -70,12 +74,12 @@ def answers(draw):
         text += ("" if opened else "<think>") + think + draw(st.sampled_from(["</think>", "</think>\n\n", ""]))
     text += draw(TEXT)
     if calls:
-        text += fmt.render(calls)
+        text += written.render(calls)
     text += draw(st.one_of(st.just(""), TEXT))
     if draw(st.booleans()):  # cut short anywhere, as max_tokens would
         text = text[:draw(st.integers(0, len(text)))]
     syntax = Syntax(reasoning=draw(st.sampled_from([None, THINK])), reasoning_opened=opened, tools=fmt,
-                    functions=frozenset(FUNCS))
+                    functions=frozenset(FUNCS), also=also)
     stop = draw(st.lists(st.sampled_from(["STOP", "</think", "zz"]), max_size=2))
     return text, syntax, stop
 
@@ -110,6 +114,29 @@ def test_rendered_calls_parse_back(fmt_name, calls, before, think):
     assert got == calls and done
     # the text before the calls is the content (less whitespace after the reasoning and before the calls)
     assert (msg["content"] or "") == (before.lstrip() if think else before).rstrip()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(QWEN), st.lists(st.tuples(st.sampled_from(FUNCS), ARGS), min_size=1, max_size=3),
+       st.text("ab .\n", max_size=10))
+def test_qwen_writes_calls_as_bare_or_fenced_objects(form, calls, before):
+    """In auto, a Qwen2.5 answer's bare object or ```json fence that names a function is a call (the fence is not
+    content); the text before it is the content."""
+    syntax = Syntax(tools=HERMES, functions=frozenset(FUNCS), also=QWEN)
+    msg, _, done = run(before + form.render(calls), [], syntax, [])
+    got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls", [])]
+    assert got == calls and done
+    assert (msg["content"] or "") == before.rstrip()
+
+
+def test_json_that_names_no_function_stays_text():
+    syntax = Syntax(tools=HERMES, functions=frozenset(FUNCS), also=QWEN)
+    for text in ('{"name": "Paris", "population": 2}', '```json\n{"city": "Paris"}\n```',
+                 '```json\n{"name": "lookup", "arguments": {}}\n```', 'Use {"name": "x"} here.'):
+        msg, _, done = run(text, [], syntax, [])
+        assert msg["content"] == text and "tool_calls" not in msg and not done, text
+    msg, _, _ = run('{"name": "search", "arguments": {}}', [], Syntax(), [])  # no tools: response_format's JSON
+    assert msg["content"] == '{"name": "search", "arguments": {}}' and "tool_calls" not in msg
 
 
 def test_value_end_scans_json():

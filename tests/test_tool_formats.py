@@ -14,7 +14,17 @@ from radixlm.constrained.xgrammar_backend import _schema_ebnf, bounded_format
 from radixlm.runtime.api.chat_prompt import ChatSyntax, chat_prompt
 from radixlm.runtime.api.protocol import ChatMessage
 from radixlm.runtime.api.reasoning import PARSERS, reasoning_syntax, with_reasoning
-from radixlm.runtime.api.tool_formats import FORMATS, HERMES, LLAMA3_JSON, MISTRAL, detect, structural_format
+from radixlm.runtime.api.tool_formats import (
+    FORMATS,
+    HERMES,
+    JSON_FENCE,
+    JSON_OBJECT,
+    LLAMA3_JSON,
+    MISTRAL,
+    also_written,
+    detect,
+    structural_format,
+)
 
 HERE = os.path.dirname(__file__)
 FUNCS = {"get_weather": {"parameters": {"type": "object", "properties": {
@@ -43,6 +53,21 @@ def test_each_mode_enforces_the_calls(name):
     assert accepts(required, both) and accepts(required, one) and not accepts(required, "text " + one)
     assert not accepts(required, "") and not accepts(required, bad_args)
     assert accepts(single, one) and not accepts(single, both)
+
+
+def test_auto_holds_a_bare_or_fenced_object_that_names_a_function():
+    """Qwen2.5's other forms in auto: an object opening with a function's name is held to its schema whether bare or
+    in a fence; JSON naming no function stays free; required and named modes keep the template's form only."""
+    auto = structural_format(HERMES, FUNCS, required=False, parallel=True, also=(JSON_FENCE, JSON_OBJECT))
+    for form in (HERMES, JSON_OBJECT, JSON_FENCE):
+        assert accepts(auto, "Let me check. " + form.render(GOOD[:1])), form.name
+        assert not accepts(auto, form.render([("get_weather", {"city": "Oslo", "days": 30})])), form.name
+    assert accepts(auto, '{"name": "Oslo", "days": 30}') and accepts(auto, '```json\n{"city": "Oslo"}\n```')
+    assert not accepts(auto, '{"name": "get_weather", "arguments": {"city": "Oslo"}}')  # days is required
+    assert structural_format(HERMES, FUNCS, required=True, parallel=True) == structural_format(
+        HERMES, FUNCS, required=True, parallel=True, also=(JSON_FENCE, JSON_OBJECT))
+    qwen = "{%- if tools %}<|im_start|>system ... <tool_call>{% endif %}<|im_start|>"
+    assert also_written(qwen, HERMES) == (JSON_FENCE, JSON_OBJECT) and also_written("<tool_call>", HERMES) == ()
 
 
 def test_constraint_only_after_the_reasoning():

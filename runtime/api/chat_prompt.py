@@ -14,7 +14,7 @@ from typing import Any
 from radixlm.runtime.api.message_stream import Syntax
 from radixlm.runtime.api.reasoning import ReasoningSyntax
 from radixlm.runtime.api.serving import ApiError
-from radixlm.runtime.api.tool_formats import ToolFormat, detect, tools_system_prompt
+from radixlm.runtime.api.tool_formats import ToolFormat, also_written, detect, tools_system_prompt
 from radixlm.runtime.api.tools import call_arguments, check_tool_results
 
 
@@ -25,11 +25,12 @@ class ChatSyntax:
     tools: ToolFormat
     native_tools: bool
     reasoning: ReasoningSyntax | None
+    also: tuple[ToolFormat, ...] = ()  # the other forms its models write calls in (tool_formats.also_written)
 
     @classmethod
     def of(cls, template: str | None, reasoning: ReasoningSyntax | None) -> ChatSyntax:
         fmt, native = detect(template)
-        return cls(fmt, native, reasoning)
+        return cls(fmt, native, reasoning, also_written(template, fmt))
 
 
 @dataclass(frozen=True)
@@ -84,5 +85,6 @@ def chat_prompt(tokenizer, chat: ChatSyntax, messages: list[Any], functions: dic
     reasoning = chat.reasoning
     syntax = Syntax(reasoning=reasoning, reasoning_opened=bool(reasoning and reasoning.opened_by(text)),
                     tools=chat.tools if parse_tools and functions else None,
-                    functions=frozenset(functions) if parse_tools else frozenset())
+                    functions=frozenset(functions) if parse_tools else frozenset(),
+                    also=chat.also if parse_tools and functions else ())
     return ChatPrompt(tokenizer(text, add_special_tokens=False)["input_ids"], syntax)

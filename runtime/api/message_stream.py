@@ -32,6 +32,12 @@ class Syntax:
     reasoning_opened: bool = False
     tools: ToolFormat | None = None
     functions: frozenset[str] = frozenset()
+    also: tuple[ToolFormat, ...] = ()  # other forms of a call, read beside the template's (tool_formats.JSON_*)
+
+    @property
+    def formats(self) -> tuple[ToolFormat, ...]:
+        """Every form a call may take here, the template's first (it wins a tie)."""
+        return (self.tools, *self.also) if self.tools else ()
 
 
 @dataclass
@@ -90,16 +96,19 @@ def _reasoning(text: str, finished: bool, syntax: Syntax, view: View) -> int:
 
 
 def _content(text: str, pos: int, finished: bool, syntax: Syntax, view: View) -> None:
-    fmt = syntax.tools
+    formats = syntax.formats
     parts: list[str] = []
     while True:
-        t = text.find(fmt.trigger, pos) if fmt else -1
-        if t < 0:
+        # the earliest trigger of any form (at one index, the first form listed)
+        t, fmt = min(((text.find(f.trigger, pos), i, f) for i, f in enumerate(formats) if f.trigger in text[pos:]),
+                     default=(-1, 0, None))[::2]
+        if fmt is None:
             tail = text[pos:]
-            parts.append(tail if finished or not fmt else tail[:len(tail) - held(tail, fmt.trigger)])
+            hold = 0 if finished else max((held(tail, f.trigger) for f in formats), default=0)
+            parts.append(tail[:len(tail) - hold])
             break
         parts.append(text[pos:t])
-        state, end = _section(text, t, finished, syntax, view.calls)
+        state, end = _section(text, t, finished, syntax, view.calls, fmt)
         if state == "partial":
             break
         if state == "no":  # the trigger was plain text
@@ -110,16 +119,16 @@ def _content(text: str, pos: int, finished: bool, syntax: Syntax, view: View) ->
     view.content = content.rstrip(WS) if not finished or view.calls else content
 
 
-def _section(text: str, i: int, finished: bool, syntax: Syntax, calls: list[Call]) -> tuple[str, int]:
-    """Calls from index i (where the trigger is): ("done", end) | ("partial", 0) | ("no", 0)."""
-    fmt = syntax.tools
+def _section(text: str, i: int, finished: bool, syntax: Syntax, calls: list[Call],
+             fmt: ToolFormat) -> tuple[str, int]:
+    """Calls of form ``fmt`` from index i (where its trigger is): ("done", end) | ("partial", 0) | ("no", 0)."""
     first = len(calls)
     if fmt.section_open:
         state, i = _literal(text, i, fmt.section_open)
         if state != "match":
             return _unmatched(state, finished, calls, first)
     while True:
-        state, i = _one_call(text, i, finished, syntax, calls)
+        state, i = _one_call(text, i, syntax, calls, fmt)
         if state != "match":
             return _unmatched(state, finished, calls, first)
         # another call: the separator, then (when each call carries its own wrapper) that call's opening
@@ -146,10 +155,9 @@ def _unmatched(state: str, finished: bool, calls: list[Call], first: int) -> tup
     return "no", 0
 
 
-def _one_call(text: str, i: int, finished: bool, syntax: Syntax, calls: list[Call]) -> tuple[str, int]:
+def _one_call(text: str, i: int, syntax: Syntax, calls: list[Call], fmt: ToolFormat) -> tuple[str, int]:
     """One call at i: ("match", end) | ("prefix", 0) the opening may still come | ("no", 0) |
     ("partial", 0) the call started and the text ends inside it."""
-    fmt = syntax.tools
     state, j = _literal(text, i, fmt.call_open + '{"name": "')
     if state != "match":
         return state, 0

@@ -44,6 +44,16 @@ HERMES = ToolFormat("hermes", "<tool_call>", "", "<tool_call>\n", "\n</tool_call
 LLAMA3_JSON = ToolFormat("llama3_json", '{"name": ', "", "", "", "; ", "", args_key="parameters")
 MISTRAL = ToolFormat("mistral", "[TOOL_CALLS]", "[TOOL_CALLS][", "", "", ", ", "]")
 FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL)}
+# What Qwen2.5 (Coder) models write in `auto` instead of their template's <tool_call>: the call's object alone, or
+# in a ```json fence. Read as calls only when the object names one of the request's functions.
+JSON_FENCE = ToolFormat("json_fence", "```json\n", "", "```json\n", "\n```", "\n", "")
+JSON_OBJECT = ToolFormat("json_object", '{"name": ', "", "", "", "\n", "")
+
+
+def also_written(template: str | None, fmt: ToolFormat) -> tuple[ToolFormat, ...]:
+    """The other forms a model of this template writes calls in, beside ``fmt``: a Qwen2.5 template's (hermes tags
+    in ChatML) models also write the bare object or a ```json fence."""
+    return (JSON_FENCE, JSON_OBJECT) if fmt is HERMES and "<|im_start|>" in (template or "") else ()
 
 
 def detect(template: str | None) -> tuple[ToolFormat, bool]:
@@ -66,11 +76,14 @@ def _call_tags(fmt: ToolFormat, functions: dict[str, dict], wrapped: bool) -> li
              "end": "}" + (fmt.call_close if wrapped else "")} for name, fn in functions.items()]
 
 
-def structural_format(fmt: ToolFormat, functions: dict[str, dict], required: bool, parallel: bool) -> dict:
+def structural_format(fmt: ToolFormat, functions: dict[str, dict], required: bool, parallel: bool,
+                      also: tuple[ToolFormat, ...] = ()) -> dict:
     """xgrammar structural-tag format for the calls.
 
     required: only calls (at least one); otherwise free text until the trigger, then a call that must
-    complete and validate. parallel False: at most one call.
+    complete and validate. parallel False: at most one call. ``also`` (auto only): the object forms the model
+    writes besides its template's, triggered by an object's opening up to a function's name (never by JSON that
+    names none: that stays free text), then held to that function's schema; a fence around it is free text.
     """
     if fmt.section_open:  # one section holding a list of calls
         calls = {"type": "tags_with_separator", "tags": _call_tags(fmt, functions, False),
@@ -84,7 +97,11 @@ def structural_format(fmt: ToolFormat, functions: dict[str, dict], required: boo
     if required:
         return {"type": "tags_with_separator", "tags": tags, "separator": fmt.separator, "at_least_one": True,
                 "stop_after_first": not parallel}
-    return {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "at_least_one": False,
+    triggers = [fmt.trigger]
+    if JSON_OBJECT in also:
+        tags += _call_tags(JSON_OBJECT, functions, True)
+        triggers += [JSON_OBJECT.object_open(name).removesuffix(', "arguments": ') for name in functions]
+    return {"type": "triggered_tags", "triggers": triggers, "tags": tags, "at_least_one": False,
             "stop_after_first": not parallel}
 
 

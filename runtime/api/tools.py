@@ -108,7 +108,8 @@ def chat_constraint(syntax: Syntax, functions: dict[str, dict], tool_choice: Any
     rest: dict[str, Any] | None = None
     if syntax.tools is not None:
         named = isinstance(tool_choice, dict)  # a named function is called once, as OpenAI does
-        rest = structural_format(syntax.tools, forced or functions, forced is not None, parallel and not named)
+        rest = structural_format(syntax.tools, forced or functions, forced is not None, parallel and not named,
+                                 syntax.also if forced is None else ())
     elif spec is not None:
         if syntax.reasoning is None:
             return spec
