@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 
 from radixlm.runtime.api.message_stream import MessageStream, Syntax, value_end
 from radixlm.runtime.api.reasoning import PARSERS
-from radixlm.runtime.api.tool_formats import FORMATS, HERMES, JSON_FENCE, JSON_OBJECT
+from radixlm.runtime.api.tool_formats import FORMATS, HERMES, QWEN_FORMS
 from radixlm.runtime.decode.text import IncrementalText
 
 THINK = PARSERS["qwen3"]
 FUNCS = ("get_weather", "search", "add")
 # text that brushes against every marker
 PIECES = list("ab <>/{}[]\"\n,;:`") + ["<think>", "</think", "<tool_call", "[TOOL", '{"name": ', "STOP", "```json\n",
-                                       '{"name": "search"', "\n```"]
-QWEN = (JSON_FENCE, JSON_OBJECT)  # what Qwen2.5 models also write beside their template's hermes tags
+                                       '{"name": "search"', "\n```", '{\n  "name": ', "\n}"]
+QWEN = QWEN_FORMS  # what Qwen2.5 models also write beside their template's hermes tags
 TEXT = st.lists(st.sampled_from(PIECES), max_size=12).map("".join)
 ARGS = st.dictionaries(st.text("xyz", min_size=1, max_size=3),
                        st.one_of(st.integers(-5, 5), st.text('ab"}\\{ ', max_size=4), st.booleans(),
@@ -120,8 +120,8 @@ def test_rendered_calls_parse_back(fmt_name, calls, before, think):
 @given(st.sampled_from(QWEN), st.lists(st.tuples(st.sampled_from(FUNCS), ARGS), min_size=1, max_size=3),
        st.text("ab .\n", max_size=10))
 def test_qwen_writes_calls_as_bare_or_fenced_objects(form, calls, before):
-    """In auto, a Qwen2.5 answer's bare object or ```json fence that names a function is a call (the fence is not
-    content); the text before it is the content."""
+    """In auto, a Qwen2.5 answer's bare object or ```json fence, on one line or with its keys on lines of their own,
+    that names a function is a call (the fence is not content); the text before it is the content."""
     syntax = Syntax(tools=HERMES, functions=frozenset(FUNCS), also=QWEN)
     msg, _, done = run(before + form.render(calls), [], syntax, [])
     got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls", [])]
@@ -132,7 +132,8 @@ def test_qwen_writes_calls_as_bare_or_fenced_objects(form, calls, before):
 def test_json_that_names_no_function_stays_text():
     syntax = Syntax(tools=HERMES, functions=frozenset(FUNCS), also=QWEN)
     for text in ('{"name": "Paris", "population": 2}', '```json\n{"city": "Paris"}\n```',
-                 '```json\n{"name": "lookup", "arguments": {}}\n```', 'Use {"name": "x"} here.'):
+                 '```json\n{"name": "lookup", "arguments": {}}\n```', 'Use {"name": "x"} here.',
+                 '```json\n{\n  "name": "schedule_visit",\n  "arguments": {}\n}\n```'):
         msg, _, done = run(text, [], syntax, [])
         assert msg["content"] == text and "tool_calls" not in msg and not done, text
     msg, _, _ = run('{"name": "search", "arguments": {}}', [], Syntax(), [])  # no tools: response_format's JSON

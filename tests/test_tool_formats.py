@@ -17,10 +17,11 @@ from radixlm.runtime.api.reasoning import PARSERS, reasoning_syntax, with_reason
 from radixlm.runtime.api.tool_formats import (
     FORMATS,
     HERMES,
-    JSON_FENCE,
     JSON_OBJECT,
+    JSON_OBJECT_LINES,
     LLAMA3_JSON,
     MISTRAL,
+    QWEN_FORMS,
     also_written,
     detect,
     structural_format,
@@ -58,16 +59,17 @@ def test_each_mode_enforces_the_calls(name):
 def test_auto_holds_a_bare_or_fenced_object_that_names_a_function():
     """Qwen2.5's other forms in auto: an object opening with a function's name is held to its schema whether bare or
     in a fence; JSON naming no function stays free; required and named modes keep the template's form only."""
-    auto = structural_format(HERMES, FUNCS, required=False, parallel=True, also=(JSON_FENCE, JSON_OBJECT))
-    for form in (HERMES, JSON_OBJECT, JSON_FENCE):
+    auto = structural_format(HERMES, FUNCS, required=False, parallel=True, also=QWEN_FORMS)
+    for form in (HERMES, *QWEN_FORMS):
         assert accepts(auto, "Let me check. " + form.render(GOOD[:1])), form.name
         assert not accepts(auto, form.render([("get_weather", {"city": "Oslo", "days": 30})])), form.name
     assert accepts(auto, '{"name": "Oslo", "days": 30}') and accepts(auto, '```json\n{"city": "Oslo"}\n```')
-    assert not accepts(auto, '{"name": "get_weather", "arguments": {"city": "Oslo"}}')  # days is required
+    for obj in (JSON_OBJECT, JSON_OBJECT_LINES):  # days is required
+        assert not accepts(auto, obj.object_open("get_weather") + '{"city": "Oslo"}' + obj.object_close)
     assert structural_format(HERMES, FUNCS, required=True, parallel=True) == structural_format(
-        HERMES, FUNCS, required=True, parallel=True, also=(JSON_FENCE, JSON_OBJECT))
+        HERMES, FUNCS, required=True, parallel=True, also=QWEN_FORMS)
     qwen = "{%- if tools %}<|im_start|>system ... <tool_call>{% endif %}<|im_start|>"
-    assert also_written(qwen, HERMES) == (JSON_FENCE, JSON_OBJECT) and also_written("<tool_call>", HERMES) == ()
+    assert also_written(qwen, HERMES) == QWEN_FORMS and also_written("<tool_call>", HERMES) == ()
 
 
 def test_constraint_only_after_the_reasoning():

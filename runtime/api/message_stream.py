@@ -99,24 +99,34 @@ def _content(text: str, pos: int, finished: bool, syntax: Syntax, view: View) ->
     formats = syntax.formats
     parts: list[str] = []
     while True:
-        # the earliest trigger of any form (at one index, the first form listed)
-        t, fmt = min(((text.find(f.trigger, pos), i, f) for i, f in enumerate(formats) if f.trigger in text[pos:]),
-                     default=(-1, 0, None))[::2]
-        if fmt is None:
+        found = [(text.find(f.trigger, pos), f) for f in formats if f.trigger in text[pos:]]
+        if not found:
             tail = text[pos:]
             hold = 0 if finished else max((held(tail, f.trigger) for f in formats), default=0)
             parts.append(tail[:len(tail) - hold])
             break
+        t = min(at for at, _ in found)
         parts.append(text[pos:t])
-        state, end = _section(text, t, finished, syntax, view.calls, fmt)
+        state, end = _first_section(text, t, finished, syntax, view.calls, [f for at, f in found if at == t])
         if state == "partial":
             break
-        if state == "no":  # the trigger was plain text
-            parts.append(text[t:t + len(fmt.trigger)])
-            end = t + len(fmt.trigger)
+        if state == "no":  # the trigger was plain text: one character of it, the rest scanned again
+            parts.append(text[t])
+            end = t + 1
         pos = end
     content = "".join(parts)
     view.content = content.rstrip(WS) if not finished or view.calls else content
+
+
+def _first_section(text: str, i: int, finished: bool, syntax: Syntax, calls: list[Call],
+                   forms: list[ToolFormat]) -> tuple[str, int]:
+    """Calls from index i in the first of ``forms`` (each's trigger at i) that may hold them: ("done", end) |
+    ("partial", 0) one may still, or does and the text ends inside it | ("no", 0) none does."""
+    for fmt in forms:
+        state, end = _section(text, i, finished, syntax, calls, fmt)
+        if state != "no":
+            return state, end
+    return "no", 0
 
 
 def _section(text: str, i: int, finished: bool, syntax: Syntax, calls: list[Call],
@@ -158,14 +168,14 @@ def _unmatched(state: str, finished: bool, calls: list[Call], first: int) -> tup
 def _one_call(text: str, i: int, syntax: Syntax, calls: list[Call], fmt: ToolFormat) -> tuple[str, int]:
     """One call at i: ("match", end) | ("prefix", 0) the opening may still come | ("no", 0) |
     ("partial", 0) the call started and the text ends inside it."""
-    state, j = _literal(text, i, fmt.call_open + '{"name": "')
+    state, j = _literal(text, i, fmt.call_open + fmt.name_open + '"')
     if state != "match":
         return state, 0
     close = text.find('"', j)
     if close < 0:
         return ("no", 0) if "\\" in text[j:] else ("prefix", 0)
     name = text[j:close]
-    state, j = _literal(text, close, '"' + fmt.object_open(name)[len('{"name": ') + len(json.dumps(name)):])
+    state, j = _literal(text, close, '"' + fmt.object_open(name)[len(fmt.name_open) + len(json.dumps(name)):])
     if name not in syntax.functions:
         return "no", 0
     if state != "match":
@@ -176,7 +186,7 @@ def _one_call(text: str, i: int, syntax: Syntax, calls: list[Call], fmt: ToolFor
         return "partial", 0
     call = Call(name, text[j:end], False)
     calls.append(call)
-    state, k = _literal(text, end, "}" + fmt.call_close)
+    state, k = _literal(text, end, fmt.object_close + fmt.call_close)
     if state != "match":
         return "partial", 0
     call.done = True

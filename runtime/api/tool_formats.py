@@ -29,14 +29,26 @@ class ToolFormat:
     separator: str  # between two calls
     section_close: str  # after the last call
     args_key: str = "arguments"
+    indent: str = ""  # "": the object on one line; else its two keys on lines of their own, so indented
+
+    @property
+    def name_open(self) -> str:
+        """A call's object up to its name's value (without the quote that opens it)."""
+        return "{" + (f"\n{self.indent}" if self.indent else "") + '"name": '
 
     def object_open(self, name: str) -> str:
         """A call's object up to its arguments' value."""
-        return '{"name": ' + json.dumps(name) + ', "' + self.args_key + '": '
+        between = f",\n{self.indent}" if self.indent else ", "
+        return self.name_open + json.dumps(name) + between + '"' + self.args_key + '": '
+
+    @property
+    def object_close(self) -> str:
+        return "\n}" if self.indent else "}"
 
     def render(self, calls: list[tuple[str, dict[str, Any]]]) -> str:
         """Calls as the model writes them (what the template renders an assistant's tool_calls as)."""
-        objs = [self.call_open + self.object_open(n) + json.dumps(a) + "}" + self.call_close for n, a in calls]
+        objs = [self.call_open + self.object_open(n) + json.dumps(a) + self.object_close + self.call_close
+                for n, a in calls]
         return self.section_open + self.separator.join(objs) + self.section_close
 
 
@@ -45,15 +57,19 @@ LLAMA3_JSON = ToolFormat("llama3_json", '{"name": ', "", "", "", "; ", "", args_
 MISTRAL = ToolFormat("mistral", "[TOOL_CALLS]", "[TOOL_CALLS][", "", "", ", ", "]")
 FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL)}
 # What Qwen2.5 (Coder) models write in `auto` instead of their template's <tool_call>: the call's object alone, or
-# in a ```json fence. Read as calls only when the object names one of the request's functions.
+# in a ```json fence, on one line or with its keys on lines of their own (indented by two). Read as calls only
+# when the object names one of the request's functions.
 JSON_FENCE = ToolFormat("json_fence", "```json\n", "", "```json\n", "\n```", "\n", "")
+JSON_FENCE_LINES = ToolFormat("json_fence_lines", "```json\n", "", "```json\n", "\n```", "\n", "", indent="  ")
 JSON_OBJECT = ToolFormat("json_object", '{"name": ', "", "", "", "\n", "")
+JSON_OBJECT_LINES = ToolFormat("json_object_lines", '{\n  "name": ', "", "", "", "\n", "", indent="  ")
+QWEN_FORMS = (JSON_FENCE, JSON_FENCE_LINES, JSON_OBJECT, JSON_OBJECT_LINES)
 
 
 def also_written(template: str | None, fmt: ToolFormat) -> tuple[ToolFormat, ...]:
     """The other forms a model of this template writes calls in, beside ``fmt``: a Qwen2.5 template's (hermes tags
     in ChatML) models also write the bare object or a ```json fence."""
-    return (JSON_FENCE, JSON_OBJECT) if fmt is HERMES and "<|im_start|>" in (template or "") else ()
+    return QWEN_FORMS if fmt is HERMES and "<|im_start|>" in (template or "") else ()
 
 
 def detect(template: str | None) -> tuple[ToolFormat, bool]:
@@ -73,7 +89,7 @@ def _call_tags(fmt: ToolFormat, functions: dict[str, dict], wrapped: bool) -> li
     """One tag per function: its object's opening, its parameters' schema, the object's close."""
     return [{"type": "tag", "begin": (fmt.call_open if wrapped else "") + fmt.object_open(name),
              "content": {"type": "json_schema", "json_schema": fn.get("parameters") or {"type": "object"}},
-             "end": "}" + (fmt.call_close if wrapped else "")} for name, fn in functions.items()]
+             "end": fmt.object_close + (fmt.call_close if wrapped else "")} for name, fn in functions.items()]
 
 
 def structural_format(fmt: ToolFormat, functions: dict[str, dict], required: bool, parallel: bool,
@@ -98,9 +114,9 @@ def structural_format(fmt: ToolFormat, functions: dict[str, dict], required: boo
         return {"type": "tags_with_separator", "tags": tags, "separator": fmt.separator, "at_least_one": True,
                 "stop_after_first": not parallel}
     triggers = [fmt.trigger]
-    if JSON_OBJECT in also:
-        tags += _call_tags(JSON_OBJECT, functions, True)
-        triggers += [JSON_OBJECT.object_open(name).removesuffix(', "arguments": ') for name in functions]
+    for obj in (o for o in (JSON_OBJECT, JSON_OBJECT_LINES) if o in also):  # a fence's opening stays free text
+        tags += _call_tags(obj, functions, True)
+        triggers += [obj.name_open + json.dumps(name) for name in functions]
     return {"type": "triggered_tags", "triggers": triggers, "tags": tags, "at_least_one": False,
             "stop_after_first": not parallel}
 
