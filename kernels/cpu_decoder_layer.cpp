@@ -245,8 +245,7 @@ class FusedLayers : public torch::CustomClassHolder {
     check_call(x, positions, loc, k_[0], cos_.size(0));
     check_requests(table, req_rows, seq_lens, ext_lens, x.size(0));
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
-    // the residual stream in float32, as llama.cpp keeps it: rounded to bfloat16 at each of a layer's two adds it
-    // was a third of the default path's KL divergence from the float model (benchmarks/bench_fidelity.py)
+    // the residual stream in float32, as llama.cpp keeps it (benchmarks/bench_fidelity.py measures the difference)
     at::Tensor residual = at::zeros(x.sizes(), x.options().dtype(at::kFloat));
     check_logit_rows(logit_rows, x.size(0));
     LayerBuffers buffers = carve(workspace_, x, lw_[0], num_heads_, k_[0].size(2));
@@ -267,11 +266,7 @@ class FusedLayers : public torch::CustomClassHolder {
       for (int64_t i = 0; i < num_layers; ++i) {
         const at::Tensor& next_norm = i + 1 < num_layers ? lw_[i + 1].norm1 : final_norm_;
         layer_phases(call, lw_[i], next_norm, k_[i], v_[i], buffers, tid, nt, scratch, clock);
-        if (i + 1 < num_layers) {
-          clock.barrier(kLayerPhases - 1);
-        } else {
-          clock.done(kLayerPhases - 1);
-        }
+        i + 1 < num_layers ? clock.barrier(kLayerPhases - 1) : clock.done(kLayerPhases - 1);
       }
     }
     at::Tensor h = final_norm(x, residual, logit_rows, isa);

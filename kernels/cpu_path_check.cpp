@@ -129,7 +129,7 @@ void check_matmuls(int64_t m, const char* dtype) {
   for (auto& h : d8) h.x = half_bits(uniform(0.001f, 0.01f));
   auto run = [&](auto quantize, auto int4, auto int5, auto int6, auto int8, auto int3, auto iq4, auto int2, auto table,
                  std::vector<int8_t>& xq_q, std::vector<std::vector<T>>& y) {
-    std::vector<float> a(m * nb), t(m * nb * 2);
+    std::vector<float> a(m * nb * 2), t(m * nb * 2);  // one scale per group of 32
     std::vector<int32_t> s(m * nb * 2);
     std::vector<int16_t> s16(m * nb * 4);
     xq_q.assign(m * k, 0);
