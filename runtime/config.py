@@ -79,6 +79,10 @@ class LoadConfig:
                                    "prefill through the quantized kernels too (less memory, slower prefill). "
                                    "radixlm's kernels always do: they beat the dense matmul at every batch")
     context_length: int | None = _opt(None, "longest prompt + output; default: the model's")
+    weight_cache: bool = _opt(True, "keep a GGUF model's prepared weights (quantized and repacked for radixlm's CPU "
+                              "kernels) on disk, keyed by the file's content, radixlm's code and these settings, "
+                              "so later starts read them instead of preparing them ($RADIXLM_WEIGHT_CACHE_DIR, "
+                              "else ~/.cache/radixlm/weights; the 4 most recently used are kept)")
 
     def __post_init__(self) -> None:
         _check_choices(self)
@@ -88,8 +92,10 @@ class LoadConfig:
 class CacheConfig:
     """The paged KV pool and the radix tree over it."""
 
-    max_total_tokens: int | None = _opt(None, "KV pool size in tokens; default: from --kv-cache-memory-gb")
-    kv_cache_memory_gb: float = _opt(1.0, "memory for the KV pool when --max-total-tokens is not given")
+    max_total_tokens: int | None = _opt(None, "KV pool size in tokens; default: --context-length where given (as "
+                                        "llama.cpp's -c), else from --kv-cache-memory-gb")
+    kv_cache_memory_gb: float = _opt(1.0, "memory for the KV pool when neither --max-total-tokens nor "
+                                     "--context-length is given")
     page_size: int = _opt(1, "tokens per KV page")
     disable_radix_cache: bool = _opt(False, "plain per-request KV, no prefix sharing")
     eviction_policy: str = _opt("lru", "radix cache eviction", choices=("lru", "lfu"))

@@ -8,6 +8,7 @@ import random
 import weakref
 
 import pytest
+import torch
 
 from radixlm.runtime.engine import Engine
 
@@ -204,3 +205,19 @@ def test_shutdown_frees_the_kv_pool_at_once_and_refuses_new_work(tiny_model):
     with pytest.raises(RuntimeError, match="shut down"):
         e.generate(input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 2})
     e.shutdown()  # twice is harmless
+
+
+def test_the_kv_pool_follows_the_context_asked_for(tiny_model):
+    """--max-total-tokens sets the pool; else --context-length does, as llama.cpp's -c (one whole context);
+    else the memory budget over the model's bytes per token."""
+    from radixlm.runtime.kv.pool import KVPool
+
+    sized = {}
+    for flat in ({"max_total_tokens": 300}, {"context_length": 200}, {"kv_cache_memory_gb": 0.001}):
+        e = Engine.from_model(tiny_model, None, **flat)
+        sized[next(iter(flat))] = (e.cache.alloc.capacity, e.runner.kv_sized_by, e.runner.max_context)
+        e.shutdown()
+    per_token = KVPool.bytes_per_token(tiny_model.cfg, torch.float32, tiny_model.cfg.num_kv_heads)
+    assert sized["max_total_tokens"][:2] == (300, "max_total_tokens")
+    assert sized["context_length"] == (200, "context_length", 200)
+    assert sized["kv_cache_memory_gb"][:2] == (int(0.001 * 2**30 // per_token), "kv_cache_memory_gb")

@@ -57,9 +57,17 @@ class _Cursor:
         self.pos += n
         return s
 
-    def skip_string(self) -> None:
-        n = self.unpack("Q")  # read first: `self.pos += self.unpack(...)` would add to the old position
-        self.pos += n
+    def skip_strings(self, count: int) -> None:
+        """Past ``count`` strings (a vocabulary's 150k tokens: one tight loop, no call per string)."""
+        buf, pos, length = self.buf, self.pos, struct.Struct("<Q").unpack_from
+        try:
+            for _ in range(count):
+                pos += 8 + length(buf, pos)[0]
+        except struct.error as e:
+            raise ValueError(f"truncated string at byte {pos}") from e
+        if pos > len(buf):
+            raise ValueError(f"truncated string at byte {self.pos}")
+        self.pos = pos
 
 
 class GGUFHeader:
@@ -100,8 +108,7 @@ class GGUFHeader:
         self.array_lengths[key] = count
         if etype == GGUFValueType.STRING:
             if count > MAX_DECODED_STRINGS:
-                for _ in range(count):
-                    cur.skip_string()
+                cur.skip_strings(count)
                 return None
             return [cur.string() for _ in range(count)]
         if etype == GGUFValueType.ARRAY:
@@ -119,6 +126,12 @@ class GGUFHeader:
         name = cur.string()
         shape = tuple(cur.unpack("Q") for _ in range(cur.unpack("I")))
         return name, shape, GGMLQuantizationType(cur.unpack("I")), cur.unpack("Q")
+
+    def drop_pages(self) -> None:
+        """Take the file's pages out of this process's resident memory (they stay in the page cache, and a
+        later read maps them back): once the weights are copied out, the mapping need not hold 1 GB of them."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
 
     def data(self, t: TensorInfo) -> np.ndarray:
         """The tensor's bytes as a read-only uint8 view of the mapped file, flat."""

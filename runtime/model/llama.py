@@ -104,6 +104,8 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = self.embed_tokens if cfg.tie_word_embeddings else VocabParallelEmbedding(
             cfg.vocab_size, cfg.hidden_size, tp)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
+        # set once its weights are quantized and placed (loader.prepare_weights): the block the kernels read
+        self.prepared, self.weight_arena = False, None
 
     @torch.inference_mode()
     def forward(self, batch) -> torch.Tensor:

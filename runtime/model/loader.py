@@ -8,6 +8,7 @@ import logging
 
 import torch
 
+from radixlm.kernels import cpu_ext
 from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.config import EngineConfig, ModelConfig
 from radixlm.runtime.model.gguf_blocks import EIGHT_BIT, FOUR_BIT, WIDTHS
@@ -15,7 +16,10 @@ from radixlm.runtime.model.gguf_file import GGUFModel
 from radixlm.runtime.model.hf_folder import HFModel
 from radixlm.runtime.model.layers import TPInfo
 from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.model.quantization import quantize_model
 from radixlm.runtime.model.sources import resolve_model
+from radixlm.runtime.model.weight_arena import move_to_arena
+from radixlm.runtime.model.weight_cache import WeightCache
 from radixlm.runtime.progress import Progress
 
 # bfloat16 on every CPU: it halves the bytes a decode step reads against float32; with AVX512-BF16 the
@@ -108,13 +112,60 @@ def resolve_quantization(choice: str, files: GGUFModel | HFModel | None, device:
 
 def load_for(cfg: EngineConfig, rank: int = 0, progress: bool = True):
     """Set this process's threads and load rank ``rank``'s shard -> (files, model on its device, dtype, the
-    config with --quantization auto resolved)."""
+    config with --quantization auto resolved). A GGUF model on radixlm's CPU kernels comes back prepared
+    (prepare_weights): from the weight cache where an entry has its key, else prepared here and written there."""
     torch.set_num_threads(thread_budget(cfg))
     files = open_model(cfg.load.model)
     dtype = resolve_dtype(cfg.load.dtype)
     device = resolve_device(cfg.execution.device)
     kind, why = resolve_quantization(cfg.load.quantization, files, device)
     log.info("weights: %s (%s); dtype %s", kind, why, str(dtype).removeprefix("torch."))
+    cfg = cfg.replace(quantization=kind)
+    cache, isa = _weight_cache(cfg, files, dtype, device)
+    if cache is not None and cache.exists():
+        model = _empty_model(files.config, dtype, TPInfo(rank, 1))
+        model.weight_arena = cache.load(model)
+        if model.weight_arena is not None:
+            model.prepared = True
+            log.info("weights: read prepared from the weight cache (%s)", cache.folder)
+            return files, model, dtype, cfg
     model = load_model(files, dtype, TPInfo(rank, cfg.parallel.tp_size), progress=progress,
-                       quant_blocks=kind in ("int4", "int8", "mixed"))
-    return files, model.to(device), dtype, cfg.replace(quantization=kind)
+                       quant_blocks=kind in ("int4", "int8", "mixed")).to(device)
+    if isinstance(files, GGUFModel):
+        files.header.drop_pages()  # the weights are copied out: the file's pages leave this process's memory
+    if cache is not None:
+        prepare_weights(model, cfg, isa)
+        if model.weight_arena is not None and cache.save(model, model.weight_arena):
+            log.info("weights: prepared and written to the weight cache (%s)", cache.folder)
+    return files, model, dtype, cfg
+
+
+def prepare_weights(model: LlamaForCausalLM, cfg: EngineConfig, isa: int | None) -> None:
+    """Quantize ``model`` (quantize_model) and, on the CPU, move its kernels' weights into one block
+    (move_to_arena): once, so a model already prepared (or restored from the weight cache) is left as it is."""
+    if model.prepared:
+        return
+    quantize_model(model, cfg.load.quantization, keep_dense=not cfg.load.quantized_prefill, isa=isa,
+                   deterministic=cfg.execution.deterministic)
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    model.weight_arena = move_to_arena(model) if on_cpu else None
+    model.prepared = True
+
+
+def _weight_cache(cfg: EngineConfig, files: GGUFModel | HFModel, dtype: torch.dtype,
+                  device: torch.device) -> tuple[WeightCache | None, int | None]:
+    """The weight cache entry for this load (None where there is none: off, not a GGUF file, not radixlm's CPU
+    kernels, tensor parallel, a file that cannot be read or a cache folder that cannot be written) and the
+    kernel path."""
+    if device.type != "cpu":
+        return None, None
+    isa = cpu_ext.resolve(cfg.execution.cpu_kernels)
+    if not cfg.load.weight_cache or not isinstance(files, GGUFModel) or isa is None or cfg.parallel.tp_size > 1:
+        return None, isa
+    settings = {"dtype": str(dtype), "quantization": cfg.load.quantization, "isa": isa,
+                "quantized_prefill": cfg.load.quantized_prefill, "deterministic": cfg.execution.deterministic}
+    try:
+        return WeightCache.entry(files.path, settings), isa
+    except OSError as e:
+        log.warning("weight cache: off for this start (%s)", e)
+        return None, isa

@@ -17,8 +17,7 @@ from radixlm.runtime.model.fused import FusedLayers, fusable
 from radixlm.runtime.model.invariance import invariance_gaps
 from radixlm.runtime.model.layers import HeadShard
 from radixlm.runtime.model.llama import LlamaForCausalLM
-from radixlm.runtime.model.quantization import quantize_model
-from radixlm.runtime.model.weight_arena import move_to_arena
+from radixlm.runtime.model.loader import prepare_weights
 
 log = logging.getLogger("radixlm.model")
 
@@ -36,9 +35,8 @@ class ModelRunner:
         self.cpu_isa = cpu_ext.resolve(config.execution.cpu_kernels) if self.device.type == "cpu" else None
         if self.device.type == "cpu":
             log.info("CPU kernels: %s", cpu_ext.describe(self.cpu_isa))
-        quantize_model(model, config.load.quantization, keep_dense=not config.load.quantized_prefill, isa=self.cpu_isa,
-                       deterministic=config.execution.deterministic)
-        self.weight_arena = move_to_arena(model) if self.device.type == "cpu" else None
+        prepare_weights(model, config, self.cpu_isa)
+        self.weight_arena = model.weight_arena
         if self.weight_arena is not None:
             log.info("weights: %d tensors, %.1f MB in one block (transparent huge pages: %s)", self.weight_arena.tensors,
                      self.weight_arena.nbytes / 1e6, self.weight_arena.huge_pages)
@@ -77,10 +75,7 @@ class ModelRunner:
         request -> slot table."""
         cfg, page = self.model.cfg, config.cache.page_size
         kv_heads = self.model.layers[0].self_attn.num_kv_heads if cfg.num_layers else cfg.num_kv_heads
-        tokens = config.cache.max_total_tokens
-        if tokens is None:  # sized by the rank with the most KV heads
-            widest = HeadShard.max_kv_heads(cfg.num_heads, cfg.num_kv_heads, self.model.tp.size)
-            tokens = int(config.cache.kv_cache_memory_gb * 2**30 // KVPool.bytes_per_token(cfg, dtype, widest))
+        tokens, self.kv_sized_by = self.pool_tokens(config, dtype)
         num_pages = tokens // page + 1  # + the reserved page 0
         self.backend_name = resolve_backend(config.execution.attention_backend, self.device)
         self.allocator = PageAllocator(num_pages, page)
@@ -88,6 +83,19 @@ class ModelRunner:
                            head_major=self.backend_name != "flashinfer")
         self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page,
                                            self.device)
+
+    def pool_tokens(self, config: EngineConfig, dtype: torch.dtype) -> tuple[int, str]:
+        """The KV pool's size in tokens and what set it: --max-total-tokens; else --context-length, as llama.cpp's
+        -c sizes its KV (one whole context, which shorter concurrent requests share); else the memory budget,
+        --kv-cache-memory-gb over the model's bytes per token (on the TP rank with the most KV heads)."""
+        if config.cache.max_total_tokens is not None:
+            return config.cache.max_total_tokens, "max_total_tokens"
+        if config.load.context_length is not None:
+            return self.max_context, "context_length"
+        cfg = self.model.cfg
+        widest = HeadShard.max_kv_heads(cfg.num_heads, cfg.num_kv_heads, self.model.tp.size)
+        per_token = KVPool.bytes_per_token(cfg, dtype, widest)
+        return int(config.cache.kv_cache_memory_gb * 2**30 // per_token), "kv_cache_memory_gb"
 
     def release(self) -> None:
         """Free the KV pool and the kernels' state now, for an engine that is shut down: the engine, its core

@@ -235,7 +235,10 @@ def run_scheduler(cfg: EngineConfig, paths: IpcPaths, parent_pid: int, log_level
         ready.send(encode(Ready("scheduler", error=f"{type(e).__name__}: {e}")))
         time.sleep(0.2)
         return
+    pool = core.runner.pool
     info = {"max_context": core.max_context, "kv_total": core.cache.alloc.capacity,
+            "kv_pool": {"tokens": core.cache.alloc.capacity, "sized_by": core.runner.kv_sized_by,
+                        "bytes": sum(t.numel() * t.element_size() for t in [*pool.k_buffer, *pool.v_buffer])},
             "dtype": str(core.dtype).removeprefix("torch."), "weights": core.config.load.quantization,
             "threads": torch.get_num_threads(),
             "scheduler_pid": os.getpid(), "invariant": not core.runner.invariance_gaps,
