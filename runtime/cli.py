@@ -102,7 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _router(args: argparse.Namespace) -> int:
     import asyncio
 
-    from radixlm.runtime.serve.launch import http_server, serve_until_signal
+    from radixlm.runtime.serve.http_front import http_server, serve_until_signal
     from radixlm.runtime.serve.router import create_router_app
 
     app = create_router_app(args.worker_urls, config_from_args(args, RouterConfig))

@@ -87,7 +87,7 @@ def test_the_api_process_starts_without_torch(smol_tokenizer):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-P", "-c", "import sys; import radixlm.runtime.serve.launch; "
+    out = subprocess.run([sys.executable, "-P", "-c", "import sys; import radixlm.runtime.serve.launch, radixlm.runtime.serve.http_front; "
                           "from radixlm.runtime.model.tokenizer_files import load_tokenizer; load_tokenizer(None); "
                           "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"],
                          capture_output=True, text=True, timeout=120)

@@ -245,7 +245,10 @@ class VocabParallelEmbedding(QuantizableLinear):
         self.vocab_size = vocab_size
         self.per_rank = math.ceil(vocab_size / tp.size)
         self.start = tp.rank * self.per_rank
-        self.weight = nn.Parameter(torch.zeros(self.per_rank, dim), requires_grad=False)
+        # rows past the vocabulary (on the last TP rank) are zeros; the others are filled by load, so they are not
+        # zeroed first (a 150k-token table is half a GB to write for nothing)
+        self.weight = nn.Parameter(torch.empty(self.per_rank, dim), requires_grad=False)
+        self.weight.data[max(0, vocab_size - self.start):].zero_()
 
     def quantize(self, kind: str, keep_dense: bool, isa: int | None = None) -> None:
         """int8 rows, the precision GGUF files usually keep this table in (Q8_0): an int4 LM head made from

@@ -12,7 +12,8 @@ import httpx
 
 from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.config import EngineConfig, RouterConfig, ServerConfig
-from radixlm.runtime.serve.launch import free_port, http_server, launch_server, serve_until_signal
+from radixlm.runtime.serve.http_front import http_server, serve_until_signal
+from radixlm.runtime.serve.launch import free_port, launch_server
 from radixlm.runtime.serve.process_utils import die_with_parent, exit_now
 from radixlm.runtime.serve.router import create_router_app
 
