@@ -28,6 +28,7 @@ from machine_limits import read_bandwidth  # noqa: E402
 
 from radixlm.kernels.cpu_info import core_budget  # noqa: E402
 from radixlm.runtime.engine import Engine  # noqa: E402
+from radixlm.runtime.model.sources import resolve_model  # noqa: E402
 from radixlm.runtime.model.weight_arena import weight_tensors  # noqa: E402
 
 from common import cpu_description  # noqa: E402
@@ -171,7 +172,8 @@ def main() -> None:
     exe = args.llama_bench if os.path.exists(args.llama_bench) else None
     header = f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}"
     print(header, flush=True)
-    results = [run_model(m, exe, m in args.sweeps) for m in args.models]
+    paths = {m: resolve_model(m).path for m in args.models}  # files or catalog names (radixlm models list)
+    results = [run_model(paths[m], exe, m in args.sweeps) for m in args.models]
     print("\n| model | radixlm decode tok/s (of ceiling) | llama.cpp decode tok/s (of ceiling) | radixlm / llama.cpp | "
           "radixlm prefill tok/s | llama.cpp pp512 |")
     print("|---|---|---|---|---|---|")

@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_serving import main_async  # noqa: E402
 
 from radixlm.kernels.cpu_info import core_budget, cpu_description, cpu_flags  # noqa: E402
+from radixlm.runtime.model.sources import resolve_model  # noqa: E402
 
 from common import smollm_path  # noqa: E402
 
@@ -190,7 +191,7 @@ def main() -> None:
     args = ap.parse_args()
     flags = args.radixlm_flags.split()
     peers = os.path.abspath(args.peers_dir)
-    model = os.path.abspath(args.model) if args.model else None
+    model = resolve_model(args.model).path if args.model else None  # a file or a catalog name
     results = median_runs([{s: run_system(s, args.workloads, peers, args.port, flags, model) for s in args.systems}
                            for _ in range(args.rounds)])
     name = os.path.basename(model) if model else "SmolLM2-135M-Instruct"
