@@ -18,7 +18,7 @@ ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 QUANT_KINDS = ("none", "int8", "int4", "mixed")
 # kernels/cpu_ext.PATHS
 CPU_KERNELS = ("auto", "torch", "portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16", "neon")
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Gemma3ForCausalLM")
 
 
 def _opt(default, help_text: str, **extra):
@@ -60,6 +60,17 @@ class ModelConfig:
     qkv_bias: bool = False
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # sliding-window attention (Gemma 3): layers attend to their last `sliding_window` positions, except every
+    # `sliding_window_pattern`-th layer (global, at rope_theta); the local layers rotate at rope_local_theta
+    sliding_window: int | None = None
+    sliding_window_pattern: int = 1
+    rope_local_theta: float | None = None
+
+    def window(self, layer: int) -> int | None:
+        """Layer ``layer``'s attention window (None: it sees every earlier position)."""
+        if self.sliding_window is None or (layer + 1) % self.sliding_window_pattern == 0:
+            return None
+        return self.sliding_window
 
 
 @dataclass(frozen=True)

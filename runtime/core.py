@@ -19,6 +19,7 @@ from radixlm.runtime.model.distributed import PlanBroadcaster
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.loader import load_for, resolve_quantization
 from radixlm.runtime.model.runner import ModelRunner
+from radixlm.runtime.model.tokenizer_files import turn_end_ids
 from radixlm.runtime.request import Req
 from radixlm.runtime.request_builder import RequestLimits, build_requests
 from radixlm.runtime.scheduler import Scheduler, StepOutput
@@ -55,8 +56,9 @@ class EngineCore:
         tree = None if cfg.cache.disable_radix_cache else RadixCache(cfg.cache.page_size, cfg.cache.eviction_policy)
         self.cache = KVCacheManager(self.runner.allocator, self.runner.req_to_token, tree)
         self.eos_ids = model.cfg.eos_token_ids
-        if eos is not None and eos not in self.eos_ids:
-            self.eos_ids = (*self.eos_ids, eos)
+        for end in (eos, *(turn_end_ids(decoder) if decoder is not None else ())):
+            if end is not None and end not in self.eos_ids:
+                self.eos_ids = (*self.eos_ids, end)
         self._grammars: GrammarCache | None = None
         encode = self.encode if self.has_tokenizer else None
         self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.max_context, self.decode, encode,
@@ -82,7 +84,13 @@ class EngineCore:
 
     # ------------------------------------------------------------ text
     def encode(self, text: str) -> list[int]:
+        """Text inside a sequence (grammar-forced text, a chat template's output): no special tokens added."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A text prompt that starts a sequence: with the special tokens the tokenizer adds (Gemma's and Llama 3's
+        <bos>; none for Qwen2 or SmolLM2), as llama.cpp adds them where the file says add_bos_token."""
+        return self.tokenizer(text)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
         return self._ids_to_text(ids) if self._ids_to_text is not None else ""

@@ -75,7 +75,7 @@ class Engine:
             raise ValueError("prompt: must be a non-empty string or a list of them")
         if not self.core.has_tokenizer:
             raise ValueError("prompt: this engine has no tokenizer; pass input_ids")
-        return [self.core.encode(t) for t in texts]
+        return [self.core.encode_prompt(t) for t in texts]
 
     def submit(self, msgs: list[GenerateReq]) -> list[Req]:
         """Queue built requests; none is queued if one is refused."""

@@ -91,8 +91,8 @@ def hf_model(smol_files):
 # The longest modules, longest first. pytest-xdist hands each worker whole files in collection order, so these
 # start first and no worker is left running a long module alone at the end (the order is a hint: a stale
 # list costs time, never a test).
-LONGEST_FIRST = ("test_engine_smollm.py", "test_compiled_decode.py", "test_invariance.py", "test_reliability.py",
-                 "test_data_parallel.py", "test_neon_kernels.py", "test_speculative.py", "test_constrained.py",
+LONGEST_FIRST = ("test_real_models.py", "test_gemma3.py", "test_engine_smollm.py", "test_compiled_decode.py",
+                 "test_invariance.py", "test_reliability.py", "test_data_parallel.py", "test_neon_kernels.py", "test_speculative.py", "test_constrained.py",
                  "test_tensor_parallel.py", "test_agents.py", "test_dashboard.py", "test_lifecycle.py")
 
 

@@ -25,7 +25,7 @@ async def native_generate(serving: Serving, req: GenerateRequest, request: Reque
     single = isinstance(req.text, str) or (req.input_ids is not None and not isinstance(req.input_ids[0], list))
     if req.text is not None:
         texts = [req.text] if isinstance(req.text, str) else req.text
-        prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+        prompts = [tok(t)["input_ids"] for t in texts]  # with the special tokens the tokenizer adds (<bos>)
     else:
         prompts = [req.input_ids] if single else req.input_ids
     sps = req.sampling_params if isinstance(req.sampling_params, list) else [req.sampling_params or {}] * len(prompts)

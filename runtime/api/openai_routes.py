@@ -57,12 +57,12 @@ def sampling_from(req: SamplingExtras, max_tokens: int | None) -> dict[str, Any]
 def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
     tok = serving.tm.tokenizer
     if isinstance(prompt, str):
-        return [tok(prompt, add_special_tokens=False)["input_ids"]]
+        return [tok(prompt)["input_ids"]]  # a prompt starts a sequence: the special tokens the tokenizer adds
     if prompt and all(isinstance(p, int) for p in prompt):
         return [list(prompt)]
     if not prompt:
         raise ApiError(400, "prompt must not be empty", param="prompt")
-    return [tok(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p) for p in prompt]
+    return [tok(p)["input_ids"] if isinstance(p, str) else list(p) for p in prompt]
 
 
 async def completions(serving: Serving, req: CompletionRequest, request: Request):

@@ -99,7 +99,8 @@ CATALOG = {m.name: m for m in (
             f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a
             a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b
             767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267"""),
-        "Gemma 3 270M (instruction-tuned) Q4_K_M, 253 MB; Gemma terms of use"),
+        "Gemma 3 270M Q4_K_M, 253 MB, the base model by its metadata and answers (no chat template, no -it "
+        "name); Gemma terms of use"),
 )}
 
 

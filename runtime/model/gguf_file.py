@@ -17,10 +17,19 @@ from radixlm.runtime.model.tokenizer_files import light_tokenizer, load_tokenize
 
 # GGUF architecture -> HF architecture, and whether llama.cpp permuted Q/K rows for its rotary layout.
 _ARCHES = {"llama": ("LlamaForCausalLM", True), "mistral": ("MistralForCausalLM", True),
-           "qwen2": ("Qwen2ForCausalLM", False)}
+           "qwen2": ("Qwen2ForCausalLM", False), "gemma3": ("Gemma3ForCausalLM", False)}
+# Gemma 3: a global layer every 6, local layers' RoPE base 10,000 (llama.cpp's constants: GGUF holds neither)
+GEMMA3_PATTERN, GEMMA3_LOCAL_THETA = 6, 10000.0
 _DEQUANTIZABLE = {"F32", "F16", "BF16", *WIDTHS}
 LAYER_WEIGHT = re.compile(r"blk\.\d+\.(attn_(q|k|v|output)|ffn_(gate|up|down))\.weight")  # the linear layers
 BLOCK_WEIGHT = re.compile(LAYER_WEIGHT.pattern + r"|token_embd\.weight|output\.weight")  # ... and the head
+# Gemma 3's four norms a layer (their GGUF weights hold 1 + w, as llama.cpp's converter writes them) and q / k norms
+_GEMMA3_NAMES = [
+    (r"blk\.(\d+)\.ffn_norm\.weight", "model.layers.{0}.pre_feedforward_layernorm.weight"),
+    (r"blk\.(\d+)\.post_attention_norm\.weight", "model.layers.{0}.post_attention_layernorm.weight"),
+    (r"blk\.(\d+)\.post_ffw_norm\.weight", "model.layers.{0}.post_feedforward_layernorm.weight"),
+    (r"blk\.(\d+)\.attn_(q|k)_norm\.weight", "model.layers.{0}.self_attn.{1}_norm.weight"),
+]
 _NAMES = [
     (r"token_embd\.weight", "model.embed_tokens.weight"),
     (r"output_norm\.weight", "model.norm.weight"),
@@ -69,6 +78,7 @@ class GGUFModel:
             max_position_embeddings=int(m.get(f"{a}.context_length", 4096)),
             tie_word_embeddings="output.weight" not in names, qkv_bias="blk.0.attn_q.bias" in names,
             bos_token_id=m.get("tokenizer.ggml.bos_token_id"), eos_token_ids=(int(eos),) if eos is not None else (),
+            **_window(m, a),
         )
 
     def num_tensors(self) -> int:
@@ -91,7 +101,7 @@ class GGUFModel:
             qtype, raw = t.tensor_type.name, self.header.data(t)
             if qtype not in _DEQUANTIZABLE:
                 raise ValueError(f"model: tensor {t.name} has unsupported quantization {qtype}")
-            name = _hf_name(t.name)
+            name = _hf_name(t.name, self.meta["general.architecture"])
             shape = [int(d) for d in reversed(t.shape)]
             if quant_blocks and qtype in WIDTHS and BLOCK_WEIGHT.fullmatch(t.name):
                 w = QuantBlocks.from_gguf(raw, qtype, shape)
@@ -113,8 +123,16 @@ class GGUFModel:
         return light_tokenizer(ModelSource("gguf", self.path))
 
 
-def _hf_name(name: str) -> str:
-    for pattern, target in _NAMES:
+def _window(m: dict, arch: str) -> dict:
+    """The sliding-window fields of ModelConfig for a GGUF architecture that has them."""
+    if arch != "gemma3" or f"{arch}.attention.sliding_window" not in m:
+        return {}
+    return {"sliding_window": int(m[f"{arch}.attention.sliding_window"]), "sliding_window_pattern": GEMMA3_PATTERN,
+            "rope_local_theta": GEMMA3_LOCAL_THETA}
+
+
+def _hf_name(name: str, arch: str = "llama") -> str:
+    for pattern, target in (_GEMMA3_NAMES if arch == "gemma3" else []) + _NAMES:
         m = re.fullmatch(pattern, name)
         if m:
             return target.format(*m.groups())

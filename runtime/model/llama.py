@@ -1,4 +1,5 @@
-"""One Llama-family decoder: Llama, Mistral, Qwen2 (qkv bias) and SmolLM (Llama with tied embeddings).
+"""One Llama-family decoder: Llama, Mistral, Qwen2 (qkv bias), SmolLM (Llama with tied embeddings) and Gemma 3
+(its own layer, gemma3.py: q/k norms, four norms a layer, GeGLU, sliding-window layers, a scaled embedding).
 
 Shapes: T tokens in the flattened batch, H hidden size, Hq/Hkv local query/KV heads, D head dim.
 """
@@ -99,11 +100,19 @@ class LlamaForCausalLM(nn.Module):
         HeadShard.of(cfg.num_heads, cfg.num_kv_heads, tp)  # raises on a split that cannot keep groups local
         self.cfg, self.tp = cfg, tp
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
+        self.gemma = cfg.architecture == "Gemma3ForCausalLM"
+        if self.gemma:  # imported here: gemma3.py subclasses this module's Attention
+            from radixlm.runtime.model.gemma3 import Gemma3DecoderLayer
+
+            self.layers = nn.ModuleList(Gemma3DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
+        else:
+            self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = self.embed_tokens if cfg.tie_word_embeddings else VocabParallelEmbedding(
             cfg.vocab_size, cfg.hidden_size, tp)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling)
+        self.rotary_local = None if cfg.rope_local_theta is None else RotaryEmbedding(
+            cfg.head_dim, cfg.max_position_embeddings, cfg.rope_local_theta, None)
         # set once its weights are quantized and placed (loader.prepare_weights): the block the kernels read
         self.prepared, self.weight_arena = False, None
 
@@ -120,9 +129,12 @@ class LlamaForCausalLM(nn.Module):
         """input_ids, positions [T] -> logits [R, vocab] float32 for rows ``logit_rows`` [R] (None: all T).
         ``attend(q, k, v, layer)`` stores the new K/V and attends; the compiled CPU decode step traces this."""
         x, residual = self.embed_tokens(input_ids), None
+        if self.gemma:  # the normalizer in the model's dtype, as transformers rounds it
+            x = x * torch.tensor(self.cfg.hidden_size ** 0.5, dtype=x.dtype)
         rope = self.rotary.at(positions, x.dtype)
+        local = self.rotary_local.at(positions, x.dtype) if self.rotary_local is not None else rope
         for layer in self.layers[:num_layers]:
-            x, residual = layer(x, residual, rope, attend)
+            x, residual = layer(x, residual, local if getattr(layer, "local", False) else rope, attend)
         if logit_rows is not None:
             x, residual = x[logit_rows], residual[logit_rows]
         x, _ = self.norm(x, residual)
@@ -155,6 +167,6 @@ class LlamaForCausalLM(nn.Module):
         return loaded
 
     def expected_weights(self) -> int:
-        """How many HF tensors a complete checkpoint has (q, k, v, o, gate, up, down, 2 norms per layer)."""
-        per_layer = 9 + (3 if self.cfg.qkv_bias else 0)
+        """How many HF tensors a complete checkpoint has (q, k, v, o, gate, up, down, 2 norms a layer; Gemma 3: 6)."""
+        per_layer = 7 + (6 if self.gemma else 2) + (3 if self.cfg.qkv_bias else 0)
         return self.cfg.num_layers * per_layer + 2 + (0 if self.cfg.tie_word_embeddings else 1)

@@ -44,10 +44,14 @@ class ModelRunner:
         self.max_context = min(config.load.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self._build_pool(config, dtype)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
-        fits = self.backend_name == "torch" and native_fits(self.pool, num_q_heads, cfg.head_dim)
+        windows = [cfg.window(i) for i in range(cfg.num_layers)]
+        windowed = any(w is not None for w in windows)  # (Gemma 3) torch's attention; no fused layers
+        fits = self.backend_name == "torch" and native_fits(self.pool, num_q_heads, cfg.head_dim) and not windowed
         attention_isa = self.cpu_isa if fits else None
+        if windowed and config.execution.enable_torch_compile:
+            raise ValueError("enable_torch_compile: the compiled decode step has no sliding-window attention")
         self.backend = make_backend(self.backend_name, self.pool, self.req_to_token, config.cache.page_size,
-                                    num_q_heads, attention_isa, config.execution.deterministic)
+                                    num_q_heads, attention_isa, config.execution.deterministic, windows)
         for module in model.modules():
             if hasattr(module, "cpu_isa"):
                 module.cpu_isa = self.cpu_isa

@@ -15,6 +15,7 @@ import tempfile
 
 from tokenizers import Tokenizer
 
+from radixlm.runtime.model.chat_templates import BY_ARCHITECTURE, TURN_ENDS
 from radixlm.runtime.model.sources import ModelSource, resolve_model
 
 # written beside a cached tokenizer: whether transformers' decode of it is its Rust backend's decode (no
@@ -38,13 +39,33 @@ def load_tokenizer(model: str | ModelSource | None):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(cached)
         if not os.path.isfile(os.path.join(cached, DECODE_MARK)):  # a cache written before the mark existed
             _write_decode_mark(tokenizer, cached)
-        return tokenizer
+        return _with_template(tokenizer, source)
     from transformers import AutoTokenizer
 
     folder, name = os.path.split(source.path)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     _save_atomically(tokenizer, cached)
+    return _with_template(tokenizer, source)
+
+
+def _with_template(tokenizer, source: ModelSource):
+    """A GGUF file without a chat template gets its architecture's (chat_templates.py), where there is one."""
+    if tokenizer.chat_template is None:
+        from radixlm.runtime.model.gguf_header import GGUFHeader
+
+        tokenizer.chat_template = BY_ARCHITECTURE.get(GGUFHeader(source.path).meta.get("general.architecture"))
     return tokenizer
+
+
+def turn_end_ids(decoder) -> tuple[int, ...]:
+    """The ids of the turn-end tokens (chat_templates.TURN_ENDS) the vocabulary of ``decoder`` (transformers' or
+    the Rust tokenizer) has."""
+    if isinstance(decoder, Tokenizer):
+        found = [decoder.token_to_id(t) for t in TURN_ENDS]
+    else:
+        vocab = decoder.get_vocab()
+        found = [vocab.get(t) for t in TURN_ENDS]
+    return tuple(i for i in found if i is not None)
 
 
 def light_tokenizer(source: ModelSource) -> tuple[Tokenizer, int | None] | None:

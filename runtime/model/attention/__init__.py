@@ -43,9 +43,13 @@ def _triton_interpreted() -> bool:
 
 
 def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_size: int, num_q_heads: int,
-                 cpu_isa: int | None = None, deterministic: bool = True):
+                 cpu_isa: int | None = None, deterministic: bool = True, windows: list[int | None] | None = None):
     """``cpu_isa``: the CPU backend runs radixlm's C++ attention on that path (None: torch's ops);
-    ``deterministic``: Triton decodes through its extend kernel (see triton_gpu.py)."""
+    ``deterministic``: Triton decodes through its extend kernel (see triton_gpu.py); ``windows``: each layer's
+    sliding window or None (the CPU backend's torch path only)."""
+    if any(w is not None for w in windows or []) and name != "torch":
+        raise ValueError(f"attention_backend: {name} has no sliding-window attention (this model's local layers); "
+                         "use the CPU (torch) backend")
     if name == "triton":
         from radixlm.runtime.model.attention.triton_gpu import TritonAttentionBackend
 
@@ -54,4 +58,4 @@ def make_backend(name: str, pool: KVPool, req_to_token: ReqToTokenPool, page_siz
         from radixlm.runtime.model.attention.flashinfer_gpu import FlashInferAttentionBackend
 
         return FlashInferAttentionBackend(pool, req_to_token, page_size, num_q_heads)
-    return TorchAttentionBackend(pool, req_to_token, cpu_isa)
+    return TorchAttentionBackend(pool, req_to_token, cpu_isa, windows)
