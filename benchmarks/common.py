@@ -53,16 +53,7 @@ def smollm_path() -> str:
 
 def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 300, poll: float = 0.1) -> float:
     """Seconds until ``url``/health answers 200; RuntimeError if ``proc`` exits first or ``timeout`` passes."""
-    import httpx
+    from radixlm.runtime.serve.health import wait_healthy as wait
 
-    start = time.perf_counter()
-    while time.perf_counter() - start < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return time.perf_counter() - start
-        except httpx.HTTPError:
-            pass
-        time.sleep(poll)
-    raise RuntimeError(f"{proc.args[0]} did not start within {timeout:.0f} s")
+    return wait(url, timeout, lambda: None if proc.poll() is None else f"{proc.args[0]} exited with {proc.returncode}",
+                poll)

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,19 +109,18 @@ class Runtime(RuntimeEndpoint):
                                      start_new_session=True, cwd=os.path.expanduser("~"))
         atexit.register(self.shutdown)
         self.endpoint = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"radixlm server failed to start: {self.proc.stderr.read()[-2000:]}")
-            try:
-                if httpx.get(f"{self.endpoint}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.shutdown()
-                raise RuntimeError("radixlm server did not start in time")
-            time.sleep(0.3)
+        from radixlm.runtime.serve.health import wait_healthy  # lang reaches the runtime lazily (layering)
+
+        def dead() -> str | None:
+            if self.proc.poll() is None:
+                return None
+            return f"radixlm server failed to start: {self.proc.stderr.read()[-2000:]}"
+
+        try:
+            wait_healthy(self.endpoint, timeout, dead, poll=0.3)
+        except RuntimeError:
+            self.shutdown()
+            raise
         super().__init__(self.endpoint)
 
     def shutdown(self) -> None:

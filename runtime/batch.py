@@ -39,10 +39,6 @@ class ForwardBatch:
     def batch_size(self) -> int:
         return len(self.seq_lens)
 
-    @property
-    def prefix_lens(self) -> list[int]:
-        return [s - e for s, e in zip(self.seq_lens, self.extend_lens, strict=True)]
-
 
 @dataclass
 class ExtendEntry:

@@ -57,11 +57,9 @@ class Req:
         self.input_top_logprobs: list = []
         self.output_token_logprobs: list = []
         self.output_top_logprobs: list = []
-        self.stop_text_len: int | None = None  # where a matched stop string starts in the output text
         self.spec = None  # ConstraintSpec, if constrained
         self.grammar_future = None  # Future[Grammar] while compiling
         self.grammar = None  # Matcher, once compiled
-        self.num_jump_forward_tokens = 0
         self.spec_state = None  # SpecState, once speculative decoding looked at this request
 
     @property

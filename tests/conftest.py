@@ -6,7 +6,6 @@ import ctypes
 import gc
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
 import torch  # noqa: E402
 
 from radixlm.runtime.config import ModelConfig  # noqa: E402
+from radixlm.runtime.serve.health import wait_healthy  # noqa: E402
+from radixlm.runtime.serve.launch import free_port  # noqa: E402
 from radixlm.runtime.serve.process_utils import die_with_parent  # noqa: E402
 
 TINY = ModelConfig(architecture="LlamaForCausalLM", vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -149,12 +150,6 @@ def exits_within(pid: int, timeout: float) -> bool:
         time.sleep(0.05)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ServerProcess:
     def __init__(self, *flags: str, timeout: float = 240, command: str = "serve", port: int | None = None) -> None:
         self.port = port or free_port()
@@ -163,18 +158,16 @@ class ServerProcess:
         # its own process group (stop() may kill the group), ended by Linux if this test process dies first
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      cwd=os.path.dirname(__file__), start_new_session=True, preexec_fn=die_with_parent)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.proc.stdout.read()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("server did not start in time")
+        def dead() -> str | None:
+            if self.proc.poll() is None:
+                return None
+            return f"server exited with {self.proc.returncode}: {self.proc.stdout.read()[-3000:]}"
+
+        try:
+            wait_healthy(self.url, timeout, dead)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -65,5 +65,4 @@ def jump_forward(req: Req, encode: Callable[[str], list[int]], decode: Callable[
             return 0
         accepted += 1
     req.output_ids[-1:] = ids
-    req.num_jump_forward_tokens += len(ids) - 1
     return len(ids) - 1

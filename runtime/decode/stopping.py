@@ -19,9 +19,7 @@ def check_finished(req: Req, decode: Callable[[list[int]], str], max_context: in
         if p.stop:
             text = decode(req.output_ids)  # earlier steps found nothing, so the first match is new
             for s in p.stop:
-                idx = text.find(s)
-                if idx >= 0:
-                    req.stop_text_len = idx
+                if s in text:
                     return FinishReason("stop", matched=s)
     if len(req.output_ids) >= p.max_new_tokens:
         return FinishReason("length")
@@ -36,11 +34,3 @@ def append_token(req: Req, token: int, decode: Callable[[list[int]], str], max_c
     if req.grammar is not None:
         req.finished = accept_sampled(req, token)
     req.finished = req.finished or check_finished(req, decode, max_context)
-
-
-def trim_stop(text: str, req: Req) -> str:
-    """Output text with a matched stop string (and whatever followed it in the last token) removed."""
-    if req.finished and isinstance(req.finished.matched, str) and not req.params.no_stop_trim:
-        idx = text.find(req.finished.matched)
-        return text[:idx] if idx >= 0 else text
-    return text

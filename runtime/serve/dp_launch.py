@@ -6,12 +6,10 @@ import asyncio
 import dataclasses
 import logging
 import multiprocessing
-import time
-
-import httpx
 
 from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.config import EngineConfig, RouterConfig, ServerConfig
+from radixlm.runtime.serve.health import wait_healthy
 from radixlm.runtime.serve.http_front import http_server, serve_until_signal
 from radixlm.runtime.serve.launch import free_port, launch_server
 from radixlm.runtime.serve.process_utils import die_with_parent, exit_now
@@ -61,17 +59,8 @@ def _run_replica(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> None:
 
 
 def _wait_healthy(urls: list[str], procs: list, timeout: float) -> None:
-    deadline, pending = time.monotonic() + timeout, set(urls)
-    while pending:
-        for p in procs:
-            if not p.is_alive():
-                raise RuntimeError(f"{p.name} exited with code {p.exitcode} during startup")
-        for url in list(pending):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    pending.discard(url)
-            except httpx.HTTPError:
-                pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"replicas not ready after {timeout:.0f} s: {sorted(pending)}")
-        time.sleep(0.5)
+    def dead() -> str | None:
+        gone = [p for p in procs if not p.is_alive()]
+        return f"{gone[0].name} exited with code {gone[0].exitcode} during startup" if gone else None
+
+    wait_healthy(urls, timeout, dead, poll=0.5)
