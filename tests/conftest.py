@@ -74,19 +74,43 @@ def smol_model_fp32(smol_files):
 
 @pytest.fixture(scope="session")
 def hf_model(smol_files):
-    """transformers' own GGUF loader, the reference independent of ours. Most of its time is repeated work:
-    it parses the file twice (config, then weights) and rebuilds gguf's tensor-name map once per module of
-    the model. Both are pure, so they are memoized for this one load; what it computes is unchanged."""
+    return transformers_model(smol_files.path)
+
+
+def transformers_model(path: str):
+    """transformers' own GGUF loader on ``path``, float32: the reference independent of ours. Most of its time
+    is repeated work: it parses the file twice (config, then weights) and rebuilds gguf's tensor-name map once
+    per module of the model. Both are pure, so they are memoized for this one load; what it computes is
+    unchanged."""
     import functools
     from unittest import mock
 
     import gguf
     from transformers import AutoModelForCausalLM
 
-    folder, name = os.path.split(smol_files.path)
+    folder, name = os.path.split(path)
     with mock.patch.object(gguf, "GGUFReader", functools.lru_cache(maxsize=1)(gguf.GGUFReader)), \
             mock.patch.object(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=4)(gguf.get_tensor_name_map)):
         return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+
+
+def transformers_reference(path: str):
+    """(transformers' tokenizer, its float32 model) of the GGUF file at ``path``."""
+    from transformers import AutoTokenizer
+
+    folder, name = os.path.split(path)
+    return AutoTokenizer.from_pretrained(folder, gguf_file=name), transformers_model(path)
+
+
+def catalog_file(name: str) -> str:
+    """The installed file of catalog model ``name``; the test is skipped, saying how to install it, where it is
+    not installed."""
+    from radixlm.runtime.model.catalog import installed_path
+
+    path = installed_path(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (radixlm models install {name})")
+    return path
 
 
 # The longest modules, longest first. pytest-xdist hands each worker whole files in collection order, so these

@@ -15,9 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixlm.runtime.model.catalog import installed_path
-
-from .conftest import TINY
+from .conftest import TINY, catalog_file, transformers_reference
 
 NAME = "gemma-3-270m"
 TEXT = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "data", "fidelity_text.txt")
@@ -64,19 +62,12 @@ def test_a_tiny_gemma_with_a_window_of_8_decodes_as_the_whole_sequence_does():
 
 @pytest.fixture(scope="module")
 def gemma_path():
-    path = installed_path(NAME)
-    if path is None:
-        pytest.skip(f"{NAME} is not installed (radixlm models install {NAME})")
-    return path
+    return catalog_file(NAME)
 
 
 @pytest.fixture(scope="module")
 def reference(gemma_path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = os.path.split(gemma_path)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    return tok, AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    return transformers_reference(gemma_path)
 
 
 def greedy(model, ids: list[int], n: int) -> list[int]:

@@ -14,7 +14,7 @@ import openai
 import pytest
 import torch
 
-from radixlm.runtime.model.catalog import installed_path
+from .conftest import catalog_file, transformers_reference
 
 pytestmark = pytest.mark.slow
 NAME = "qwen2.5-coder-0.5b"
@@ -31,19 +31,12 @@ TIME = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def qwen_path():
-    path = installed_path(NAME)
-    if path is None:
-        pytest.skip(f"{NAME} is not installed (radixlm models install {NAME})")
-    return path
+    return catalog_file(NAME)
 
 
 @pytest.fixture(scope="module")
 def reference(qwen_path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = os.path.split(qwen_path)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    return tok, AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    return transformers_reference(qwen_path)
 
 
 def test_float_weights_give_transformers_greedy_tokens(qwen_path, reference):
