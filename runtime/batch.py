@@ -28,6 +28,7 @@ class ForwardBatch:
     num_layers: int | None = None  # run only the first layers (self-speculative drafts); None: all
     attn_backend: Any = None
     attn_meta: Any = field(default=None, repr=False)
+    window_meta: Any = field(default=None, repr=False)  # sliding window -> its layers' plan (attention/cpu.py)
 
     def to(self, device: torch.device) -> ForwardBatch:
         """The same batch with its index tensors on ``device`` (the per-request lists stay on the host)."""

@@ -43,7 +43,7 @@ def test_a_tiny_gemma_with_a_window_of_8_decodes_as_the_whole_sequence_does():
     cfg = dataclasses.replace(TINY, architecture="Gemma3ForCausalLM", sliding_window=8, sliding_window_pattern=2,
                               rope_local_theta=10000.0)
     model = random_model(cfg, seed=3)
-    assert model.layers[0].local and not model.layers[1].local
+    assert cfg.window(0) == 8 and cfg.window(1) is None
     engine = Engine.from_model(model, None, max_total_tokens=512, chunked_prefill_size=8)
     first = [(7 * j + 3) % 256 for j in range(30)]
     for prompt in (first, first[:20] + [5, 9, 11]):

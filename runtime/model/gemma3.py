@@ -52,7 +52,6 @@ class GeGLU(nn.Module):
 class Gemma3DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPInfo) -> None:
         super().__init__()
-        self.local = cfg.window(layer_id) is not None  # which RoPE it takes (llama.py passes both)
         self.self_attn = Gemma3Attention(cfg, layer_id, tp)
         self.mlp = GeGLU(cfg, tp)
         h, eps = cfg.hidden_size, cfg.rms_norm_eps
@@ -69,7 +68,3 @@ class Gemma3DecoderLayer(nn.Module):
         residual = residual + x
         x = self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(residual)))
         return x, residual
-
-    @staticmethod
-    def norms_per_layer() -> int:
-        return 6  # four around attention and the MLP, q_norm, k_norm

@@ -133,8 +133,8 @@ class LlamaForCausalLM(nn.Module):
             x = x * torch.tensor(self.cfg.hidden_size ** 0.5, dtype=x.dtype)
         rope = self.rotary.at(positions, x.dtype)
         local = self.rotary_local.at(positions, x.dtype) if self.rotary_local is not None else rope
-        for layer in self.layers[:num_layers]:
-            x, residual = layer(x, residual, local if getattr(layer, "local", False) else rope, attend)
+        for i, layer in enumerate(self.layers[:num_layers]):  # a sliding-window layer rotates at its own base
+            x, residual = layer(x, residual, rope if self.cfg.window(i) is None else local, attend)
         if logit_rows is not None:
             x, residual = x[logit_rows], residual[logit_rows]
         x, _ = self.norm(x, residual)

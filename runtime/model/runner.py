@@ -18,6 +18,7 @@ from radixlm.runtime.model.invariance import invariance_gaps
 from radixlm.runtime.model.layers import HeadShard
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.loader import prepare_weights
+from radixlm.runtime.model.weight_arena import WeightArena
 
 log = logging.getLogger("radixlm.model")
 
@@ -36,7 +37,6 @@ class ModelRunner:
         if self.device.type == "cpu":
             log.info("CPU kernels: %s", cpu_ext.describe(self.cpu_isa))
         prepare_weights(model, config, self.cpu_isa)
-        self.weight_arena = model.weight_arena
         if self.weight_arena is not None:
             log.info("weights: %d tensors, %.1f MB in one block (transparent huge pages: %s)", self.weight_arena.tensors,
                      self.weight_arena.nbytes / 1e6, self.weight_arena.huge_pages)
@@ -87,6 +87,11 @@ class ModelRunner:
                            head_major=self.backend_name != "flashinfer")
         self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page,
                                            self.device)
+
+    @property
+    def weight_arena(self) -> WeightArena | None:
+        """The block the kernels read the model's weights from (loader.prepare_weights placed them)."""
+        return self.model.weight_arena
 
     def pool_tokens(self, config: EngineConfig, dtype: torch.dtype) -> tuple[int, str]:
         """The KV pool's size in tokens and what set it: --max-total-tokens; else --context-length, as llama.cpp's
