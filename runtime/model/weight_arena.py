@@ -8,10 +8,9 @@ private anonymous mapping, 2 MB aligned, holds them instead: the layers' weights
 qkv, o, gate_up, down, each as codes, scales, minimums), then the LM head. The kernels read the same bytes from
 the new addresses, so no result changes.
 
-The block is advised for transparent huge pages once it is filled, not before its first touch: on the Zen 4 VM
-huge-page faults made filling 1.1 GB take 1.6-2.5 s against 0.6 s with 4 KB pages, for about 3% of the
-1.5B model's batch-1 decode rate (34.0 against 33.0 tok/s); advised afterwards, the kernel's khugepaged may
-collapse the block in the background. Where the kernel grants no huge pages
+The block is advised for transparent huge pages once it is filled, not before its first touch: huge-page faults
+made filling it much slower on a VM, for a decode rate within the machine's drift (benchmarks/results/startup/
+README.md); advised afterwards, the kernel's khugepaged may collapse the block in the background. Where the kernel grants no huge pages
 (``/sys/kernel/mm/transparent_hugepage/enabled`` set to ``never``) the block is still one fresh mapping.
 """
 
