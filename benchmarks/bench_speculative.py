@@ -63,7 +63,7 @@ def decode_time(engine: Engine, prompts: list[tuple[str, dict]], max_new: int) -
 
 
 def spec_summary(engine: Engine) -> tuple[float | None, float | None]:
-    st = engine.scheduler.spec.stats if engine.scheduler.spec else None
+    st = engine.scheduler.speculation.stats if engine.scheduler.speculation else None
     if not st:
         return None, None
     return st["spec_accepted_tokens"] / max(st["spec_draft_tokens"], 1), \
@@ -90,8 +90,8 @@ def main() -> None:
     for wname, prompts in WORKLOADS.items():
         totals = {name: [0.0, 0.0] for name in engines}
         for engine in engines.values():
-            if engine.scheduler.spec:
-                engine.scheduler.spec.stats = dict.fromkeys(engine.scheduler.spec.stats, 0)
+            if engine.scheduler.speculation:
+                engine.scheduler.speculation.stats = dict.fromkeys(engine.scheduler.speculation.stats, 0)
         for _ in range(args.repeats):
             for name, engine in engines.items():
                 tokens, seconds = decode_time(engine, prompts, args.max_new_tokens)

@@ -48,18 +48,19 @@ def _wrap(owner, name: str, key: str, totals: dict) -> None:
 def measure(batch: int, steps: int, prompt_len: int, phases: bool = False, decode_steps: int = 1) -> dict:
     import torch
 
-    from radixlm.runtime import scheduler as scheduler_module
     from radixlm.runtime.engine import Engine
+    from radixlm.runtime.execute import executor as executor_module
+    from radixlm.runtime.scheduler import postprocess as postprocess_module
 
     engine = Engine(progress=False, decode_steps=decode_steps, decode_group_ms=0)  # groups of decode_steps, always
-    sched, totals = engine.scheduler, defaultdict(float)
-    _wrap(sched, "step", "step", totals)
-    _wrap(sched, "forward", "forward", totals)  # the runner's forward, as the scheduler calls it
-    _wrap(sched, "decode_steps", "forward", totals)  # a group of steps in one call
-    _wrap(sched, "_schedule_decode", "schedule", totals)
-    _wrap(scheduler_module, "make_decode_batch", "batch", totals)
-    _wrap(scheduler_module, "sample", "sample", totals)
-    _wrap(scheduler_module, "append_token", "append", totals)
+    sched, core, totals = engine.scheduler, engine.core, defaultdict(float)
+    _wrap(core, "step", "step", totals)
+    _wrap(core.executor, "forward", "forward", totals)  # the runner's forward, as the executor calls it
+    _wrap(core.executor, "fused_steps", "forward", totals)  # a group of steps in one call
+    _wrap(sched, "schedule", "schedule", totals)
+    _wrap(executor_module, "make_decode_batch", "batch", totals)
+    _wrap(executor_module, "sample", "sample", totals)
+    _wrap(postprocess_module, "append_token", "append", totals)
     _wrap(engine.model.lm_head, "logits", "lm_head", totals)
     fused = engine.runner.fused
     if fused is not None:  # a ScriptObject's method cannot be replaced: time it through a proxy
@@ -75,15 +76,15 @@ def measure(batch: int, steps: int, prompt_len: int, phases: bool = False, decod
     params = {"temperature": 0, "max_new_tokens": steps + 8 * decode_steps + 16, "ignore_eos": True}
     engine.submit(engine.build(input_ids=prompts, sampling_params=params))
     while sched.chunked or sched.waiting or len(sched.running) < batch:  # prefill, not measured
-        sched.step()
+        core.step()
     for _ in range(8):  # warm-up decode steps
-        sched.step()
+        core.step()
     totals.clear()
     if profiling:
         fused.profile_phases(True)
     start, tokens = time.perf_counter(), 0
     while tokens < steps * batch and sched.running:  # steps: tokens a request
-        tokens += sum(len(out.new_tokens) for out in sched.step())
+        tokens += sum(len(out.new_tokens) for out in core.step())
     steps = tokens // batch
     wall = time.perf_counter() - start
     profile = fused.phase_profile() / steps if profiling else None

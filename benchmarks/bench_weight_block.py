@@ -33,11 +33,12 @@ def decode_batch(engine, batch: int):
     engine.submit(engine.build(input_ids=prompts, sampling_params={"temperature": 0, "max_new_tokens": 64,
                                                                    "ignore_eos": True}))
     while sched.chunked or sched.waiting or len(sched.running) < batch:
-        sched.step()
-    seen, forward = [], sched.forward
-    sched.forward = lambda b: seen.append(b) or forward(b)
-    sched.step()
-    sched.forward = forward
+        engine.core.step()
+    executor = engine.core.executor
+    seen, forward = [], executor.forward
+    executor.forward = lambda b: seen.append(b) or forward(b)
+    engine.core.step()
+    executor.forward = forward
     return seen[-1]
 
 

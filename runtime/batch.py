@@ -51,6 +51,11 @@ class ExtendEntry:
     loc: torch.Tensor  # [n] KV slots
     logit_positions: list[int]  # absolute positions whose logits are needed (prompt logprobs, sampling)
 
+    @property
+    def completes(self) -> bool:
+        """Whether the entry computes the request's last fill id (then its next token is sampled)."""
+        return self.start + self.n == len(self.req.fill_ids)
+
 
 def make_extend_batch(entries: list[ExtendEntry]) -> ForwardBatch:
     ids, rows, offset = [], [], 0

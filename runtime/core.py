@@ -2,7 +2,8 @@
 
 Both fronts are thin layers on it: the offline ``Engine`` (engine.py) and the server's scheduler process
 (serve/scheduler_process.py). A request enters as a typed ``GenerateReq`` (request_builder.py) and becomes the
-scheduler's ``Req`` here, so the Engine and the server run the very same request the same way.
+scheduler's ``Req`` here; a step is the scheduler's plan, the executor's run of it and the scheduler's
+postprocess (``step``), so the Engine and the server run the very same request the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from radixlm.constrained import GrammarCache, make_backend
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.decode.text import ids_to_text
+from radixlm.runtime.execute import Executor
 from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.messages import GenerateReq
 from radixlm.runtime.model.distributed import PlanBroadcaster
@@ -61,9 +63,9 @@ class EngineCore:
                 self.eos_ids = (*self.eos_ids, end)
         self._grammars: GrammarCache | None = None
         encode = self.encode if self.has_tokenizer else None
-        self.scheduler = Scheduler(cfg, self.runner.forward, self.cache, self.max_context, self.decode, encode,
-                                   self.grammar_cache if self.has_tokenizer else None,
-                                   cpu_isa=self.runner.cpu_isa, decode_steps=self.runner.decode_steps)
+        self.scheduler = Scheduler(cfg, self.cache, self.max_context, self.decode, encode,
+                                   self.grammar_cache if self.has_tokenizer else None)
+        self.executor = Executor(self.runner.forward, self.runner.fused_steps, self.runner.cpu_isa, cfg.speculative)
         self._seed_rng = torch.Generator().manual_seed(cfg.decoding.random_seed)
 
     @property
@@ -122,7 +124,7 @@ class EngineCore:
         req = Req(msg.rid, msg.input_ids, msg.params, msg.logprob, self.eos_ids, msg.priority, msg.namespace)
         seed = msg.params.seed
         req.generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, (1,), generator=self._seed_rng)))
-        req.spec = msg.constraint
+        req.constraint = msg.constraint
         return req
 
     def submit(self, msg: GenerateReq) -> Req:
@@ -132,7 +134,10 @@ class EngineCore:
         return req
 
     def step(self) -> list[StepOutput]:
-        return self.scheduler.step()
+        """One step: the scheduler's plan, the executor's run of it, the scheduler's postprocess."""
+        plan = self.scheduler.schedule()
+        result = self.executor.run(plan) if plan.mode != "idle" else None
+        return self.scheduler.postprocess(plan, result)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,17 @@ class FinishReason:
         return d
 
 
+class ReqStatus(enum.Enum):
+    """Where a request is in the scheduler; each but FINISHED names the one queue that holds it."""
+
+    COMPILING = "compiling"  # its grammar compiles (the grammar queue)
+    WAITING = "waiting"  # queued for admission, new or back after a jump-forward (it keeps its KV row then)
+    RETRACTED = "retracted"  # queued again after its KV was taken back (out of KV, or preempted)
+    PREFILLING = "prefilling"  # the chunked request: part of its fill ids computed, more next step
+    RUNNING = "running"  # decoding
+    FINISHED = "finished"
+
+
 class Req:
     """One sequence being served. KV layout of its table row: positions [0, prefix_len) are slots held by the
     radix tree (locked through ``last_node``), [prefix_len, kv_len) are slots this request owns."""
@@ -40,6 +52,7 @@ class Req:
         self.namespace = namespace
         self.arrival = time.monotonic()
         self.output_ids: list[int] = []
+        self.status = ReqStatus.WAITING
         self.generator = torch.Generator()
         self.finished: FinishReason | None = None
         self.cached_tokens = 0  # prompt tokens served from the radix cache at (first) admission
@@ -57,7 +70,7 @@ class Req:
         self.input_top_logprobs: list = []
         self.output_token_logprobs: list = []
         self.output_top_logprobs: list = []
-        self.spec = None  # ConstraintSpec, if constrained
+        self.constraint = None  # ConstraintSpec, if constrained
         self.grammar_future = None  # Future[Grammar] while compiling
         self.grammar = None  # Matcher, once compiled
         self.spec_state = None  # SpecState, once speculative decoding looked at this request

@@ -129,9 +129,9 @@ def test_abort_and_async_streaming(engine):
     ids, done = asyncio.run(main())
     assert len(ids) == 20 and len(done["output_ids"]) == 20
     engine.submit(engine.build(input_ids=prompt(8), sampling_params={"max_new_tokens": 50}, rid="victim"))
-    engine.scheduler.step()
+    engine.core.step()
     engine.abort("victim")
-    outs = engine.scheduler.step()
+    outs = engine.core.step()
     assert any(o.req.rid == "victim" and o.req.finished.type == "abort" for o in outs)
     assert not engine.scheduler.has_work()
 
@@ -175,7 +175,7 @@ def test_argmax_rows_is_torchs_argmax():
     rows, ties (the first index), NaN (counts as the maximum, the first one), all -inf, and other dtypes."""
     import torch
 
-    from radixlm.runtime.decode.sampler import argmax_rows
+    from radixlm.runtime.execute.sampler import argmax_rows
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(9, 49152, generator=g)

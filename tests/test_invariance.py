@@ -103,7 +103,7 @@ def test_chunks_pages_and_speculation(setup, config):
     e = make(quantization, **{"chunked_prefill_size": WHOLE, **config})
     got = batched(e, prompts, list(range(16)))
     if "speculative_algorithm" in config:
-        assert e.scheduler.spec.stats["spec_accepted_tokens"] > 0, "no draft was accepted: nothing was compared"
+        assert e.scheduler.speculation.stats["spec_accepted_tokens"] > 0, "no draft was accepted: nothing was compared"
     assert got == want
     e.shutdown()
 

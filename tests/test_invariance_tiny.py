@@ -14,8 +14,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import radixlm.runtime.decode.speculative.verify as verify_mod
-import radixlm.runtime.scheduler as scheduler_mod
+import radixlm.runtime.execute.executor as executor_mod
+import radixlm.runtime.execute.verify as verify_mod
 from radixlm.kernels import cpu_ext
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.model.loader import random_model
@@ -40,7 +40,7 @@ PARAMS = [{"temperature": 0, "max_new_tokens": 12, "ignore_eos": True},
 @functools.cache
 def engine(weights: int, page_size: int = 1, chunk: int = 1024, radix: bool = True, mixed: bool = False,
            spec: bool = False, max_prefill: int = 4096, steps: int = 1) -> Engine:
-    """steps: decode_steps. Logits are captured where the scheduler samples; steps run back to back take their
+    """steps: decode_steps. Logits are captured where the executor samples; steps run back to back take their
     argmax or draw inside one call (tests/test_step_groups.py), so only their tokens are compared."""
     dtype, quantization = WEIGHTS[weights]
     extra = {"speculative_algorithm": "ngram", "speculative_num_draft_tokens": 3} if spec else {}
@@ -54,20 +54,20 @@ def engine(weights: int, page_size: int = 1, chunk: int = 1024, radix: bool = Tr
 
 @contextlib.contextmanager
 def captured_logits():
-    """{(rid, position): logits [V]} of every row the scheduler or the speculative verifier samples."""
+    """{(rid, position): logits [V]} of every row the executor samples (a step's or a speculative verify's)."""
     seen: dict[tuple, torch.Tensor] = {}
-    real = scheduler_mod.sample
+    real = executor_mod.sample
 
     def observe(logits, reqs, cpu_isa=None):
         for row, req in enumerate(reqs):
             seen[(req.rid, len(req.output_ids))] = logits[row].clone()
         return real(logits, reqs, cpu_isa)
 
-    scheduler_mod.sample = verify_mod.sample = observe
+    executor_mod.sample = verify_mod.sample = observe
     try:
         yield seen
     finally:
-        scheduler_mod.sample = verify_mod.sample = real
+        executor_mod.sample = verify_mod.sample = real
 
 
 @functools.cache

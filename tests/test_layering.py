@@ -23,11 +23,12 @@ FORBIDDEN = {  # folder -> radixlm subpackages it must not import
 RUNTIME_LAYERS = (
     ("config", "messages", "ipc", "progress"),  # the vocabulary: configuration, typed messages, progress bars
     ("request", "batch", "request_builder"),
+    ("step_plan",),  # the contract between the step's halves
     ("kv",),
     ("model",),
     ("decode",),
     ("policy",),
-    ("scheduler",),
+    ("scheduler", "execute"),  # the step's two halves: neither imports the other
     ("core",),
     ("engine", "api"),  # the two fronts: in-process, and the HTTP process
     ("serve",),  # the processes
@@ -86,6 +87,14 @@ def test_runtime_units_import_only_lower_layers():
             other = runtime_unit(parts[2:])
             if other != unit:
                 assert layer_of(other) < layer_of(unit), f"{path}: {unit} imports {name} (layer {other})"
+
+
+def test_the_scheduler_never_reaches_the_model():
+    """The scheduler plans and postprocesses; the executor calls the model. Neither imports model/ for it, lazily
+    or not, nor the other's half of the step."""
+    for path in sources("runtime/scheduler"):
+        for name in imports(path, top_level_only=False):
+            assert not name.startswith(("radixlm.runtime.model", "radixlm.runtime.execute")), f"{path}: {name}"
 
 
 def test_only_the_entry_points_import_the_engine():

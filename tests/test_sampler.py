@@ -9,7 +9,7 @@ import torch
 from radixlm.kernels import cpu_ext
 from radixlm.kernels.sampling import draw as draw_with
 from radixlm.kernels.sampling import filter_probs
-from radixlm.runtime.decode.sampler import choose_tokens
+from radixlm.runtime.execute.sampler import choose_tokens
 from radixlm.runtime.messages import SamplingParams
 
 PROBS = torch.tensor([0.4, 0.0, 0.25, 0.2, 0.0, 0.1, 0.05, 0.0])

@@ -62,7 +62,7 @@ def test_greedy_speculation_gives_the_plain_tokens(plain, smol_model_fp32, smol_
     got = run(engine)
     for e, g in zip(expected, got, strict=True):
         assert g["output_ids"] == e["output_ids"]
-    st = engine.scheduler.spec.stats
+    st = engine.scheduler.speculation.stats
     assert st["spec_verify_steps"] > 0 and st["spec_draft_tokens"] > 0
     if alg == "ngram":  # copying and code repeat the prompt: most drafts are right
         assert st["spec_accepted_tokens"] / st["spec_draft_tokens"] > 0.5
@@ -108,7 +108,7 @@ def test_sampling_distribution_is_unchanged(sp):
                              speculative_algorithm="ngram", speculative_ngram_min=1, speculative_ngram_max=2,
                              speculative_num_draft_tokens=3, speculative_min_accept_rate=0.0)
     a, b = token_counts(plain, sp, 3000, range(1, 4)), token_counts(spec, sp, 3000, range(1, 4))
-    st = spec.scheduler.spec.stats
+    st = spec.scheduler.speculation.stats
     assert st["spec_draft_tokens"] > 3000 and 0 < st["spec_accepted_tokens"] < st["spec_draft_tokens"]
     for pos in range(3):
         total = a[pos] + b[pos]

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from radixlm.kernels import cpu_ext
-from radixlm.runtime.decode.sampler import asked_logprobs, asking_rows
-from radixlm.runtime.decode.step_groups import StepClock, steps_for
 from radixlm.runtime.engine import Engine
+from radixlm.runtime.execute.sampler import asked_logprobs, asking_rows
 from radixlm.runtime.messages import LogprobOptions, SamplingParams
 from radixlm.runtime.model.loader import random_model
 from radixlm.runtime.request import Req
+from radixlm.runtime.scheduler.step_groups import StepClock, steps_for
 
 from .conftest import TINY
 
@@ -207,8 +207,8 @@ def test_the_fused_call_runs_the_steps_as_single_steps(quantization, dtype, in_c
 
     one, grouped = build(1), build(4)
     calls = []
-    in_one_call = grouped.scheduler.decode_steps
-    grouped.scheduler.decode_steps = lambda *args: calls.append(in_one_call(*args)) or calls[-1]
+    in_one_call = grouped.core.executor.fused_steps
+    grouped.core.executor.fused_steps = lambda *args: calls.append(in_one_call(*args)) or calls[-1]
     prompts = [[(7 * j + 3) % 250 for j in range(n)] for n in (5, 40, 17)]
     params = [{"temperature": 0, "max_new_tokens": n, "ignore_eos": True} for n in (9, 14, 4)]
     params[2] = {**params[2], "temperature": 0.9, "top_p": 0.95, "seed": 5, "max_new_tokens": 10}

@@ -27,7 +27,7 @@ def poll_compiles(queue: list[Req], timeout_s: float, block_s: float = 0.0) -> t
         elif now - req.arrival > timeout_s:
             queue.remove(req)
             req.finished = FinishReason("abort", status=400,
-                                        message=f"{req.spec.kind}: compiling took over {timeout_s:.0f} s")
+                                        message=f"{req.constraint.kind}: compiling took over {timeout_s:.0f} s")
             failed.append(req)
     return ready, failed
 

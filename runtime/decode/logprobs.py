@@ -3,15 +3,11 @@ request."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from radixlm.kernels.sampling import row_logprobs
 from radixlm.runtime.request import Req
-
-if TYPE_CHECKING:
-    from radixlm.runtime.decode.sampler import SampleOutput
+from radixlm.runtime.step_plan import PromptLogprobs, Sampled
 
 
 def logit_positions(req: Req, start: int, n: int) -> list[int]:
@@ -28,27 +24,33 @@ def logit_positions(req: Req, start: int, n: int) -> list[int]:
     return positions
 
 
-def record_prompt_logprobs(req: Req, positions: list[int], logits: torch.Tensor, cpu_isa: int | None = None) -> None:
-    """logits [len(positions), V] for ``positions``: the logprob of each next prompt token (and the top-k), as the
-    output tokens' come (kernels/sampling.py's row_logprobs; ``cpu_isa``: the path of radixlm's C++ kernels)."""
+def prompt_logprobs(req: Req, positions: list[int], logits: torch.Tensor,
+                    cpu_isa: int | None = None) -> PromptLogprobs | None:
+    """logits [len(positions), V] for ``positions`` -> the logprob of each next prompt token (and the top-k), as the
+    output tokens' come (kernels/sampling.py's row_logprobs; ``cpu_isa``: the path of radixlm's C++ kernels); None
+    when the positions hold only the sampling one."""
     n = len(positions) - (1 if positions and positions[-1] == len(req.fill_ids) - 1 else 0)
     if n <= 0:
-        return
+        return None
     targets = [req.origin_input_ids[p + 1] for p in positions[:n]]
     k = req.logprob.top_logprobs_num
     chosen, ids, vals = row_logprobs(logits[:n], targets, k, cpu_isa)
-    if positions[0] == 0:
+    top = [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), vals.tolist(), strict=True)] if k > 0 else None
+    return PromptLogprobs(positions[0] == 0, chosen.tolist(), targets, top)
+
+
+def record_prompt_logprobs(req: Req, lp: PromptLogprobs) -> None:
+    if lp.first:
         req.input_token_logprobs.append((None, req.origin_input_ids[0]))
         req.input_top_logprobs.append(None)
-    req.input_token_logprobs.extend(zip(chosen.tolist(), targets, strict=True))
-    if k > 0:
-        req.input_top_logprobs.extend(list(zip(i, v, strict=True)) for i, v in
-                                      zip(ids.tolist(), vals.tolist(), strict=True))
+    req.input_token_logprobs.extend(zip(lp.chosen, lp.targets, strict=True))
+    if lp.top is not None:
+        req.input_top_logprobs.extend(lp.top)
 
 
-def record_output_logprob(req: Req, result: SampleOutput, row: int) -> None:
-    """The sampled token of ``row`` of a sampler result, with its logprob (and top-k), if the request asked."""
+def record_output_logprob(req: Req, sampled: Sampled, j: int) -> None:
+    """The request's j-th new token of a step, with its logprob (and top-k), if the request asked."""
     if req.logprob.return_logprob:
-        req.output_token_logprobs.append((result.logprobs[row], result.tokens[row]))
-        if result.top_logprobs is not None:
-            req.output_top_logprobs.append(result.top_logprobs[row])
+        req.output_token_logprobs.append((sampled.logprobs[j], sampled.tokens[j]))
+        if sampled.top_logprobs is not None:
+            req.output_top_logprobs.append(sampled.top_logprobs[j])

@@ -83,10 +83,10 @@ class FusedLayers:
         weights = [w for layer in model.layers for w in self._layer_weights(layer)]  # 21 per layer
         head = _head_weights(model)
         self.head_fused = bool(head)
-        self.embed = _embed_tables(model) if head else []  # decode_steps needs both
+        self.embed = _embed_tables(model) if head else []  # run_steps needs both
         self.no_extend = torch.empty(0, dtype=torch.int64)  # a decode step's ext_lens
-        self.no_draws = torch.empty(0, 0, dtype=torch.float64)  # decode_steps' u where every row is greedy
-        self.no_raw = torch.empty(0)  # decode_steps' raw where no row wants logprobs
+        self.no_draws = torch.empty(0, 0, dtype=torch.float64)  # run_steps' u where every row is greedy
+        self.no_raw = torch.empty(0)  # run_steps' raw where no row wants logprobs
         self.no_raw_rows = torch.empty(0, dtype=torch.int64)
         self.layers = torch.classes.radixlm_cpu.FusedLayers(weights, model.norm.weight, k_buffer, v_buffer,
                                                             model.cfg.rms_norm_eps, model.layers[0].self_attn.num_heads,
@@ -126,7 +126,7 @@ class FusedLayers:
         return model.lm_head.logits(out)  # out: the final norm of the logit rows
 
     @torch.inference_mode()
-    def decode_steps(self, batch: ForwardBatch, table: torch.Tensor, locs: torch.Tensor, draws: StepDraws | None,
+    def run_steps(self, batch: ForwardBatch, table: torch.Tensor, locs: torch.Tensor, draws: StepDraws | None,
                      raw_rows: list[int] | None = None) -> tuple[list[list[int]], torch.Tensor | None] | None:
         """A decode batch of each request's last token, locs [B, K] its next K slots and what the rows choose with
         (None: every row greedy, without bias or penalties) -> each request's K tokens, the forward passes and token

@@ -129,11 +129,11 @@ class ModelRunner:
             return self.compiled.run(batch)
         return self.model(batch)
 
-    def decode_steps(self, batch: ForwardBatch, locs: list[torch.Tensor], draws: StepDraws | None,
+    def fused_steps(self, batch: ForwardBatch, locs: list[torch.Tensor], draws: StepDraws | None,
                      raw_rows: list[int] | None = None) -> tuple[list[list[int]], torch.Tensor | None] | None:
         """A decode batch, each request's next K slots and the sampled rows' draws -> each request's K tokens from
         one call of the fused layers (and each step's logits of raw_rows, [K, len(raw_rows), vocab]); None where
         they cannot (the caller then runs the steps one forward at a time)."""
         if self.fused is None or self.plan_sink is not None:
             return None
-        return self.fused.decode_steps(batch, self.req_to_token.table, torch.stack(locs), draws, raw_rows)
+        return self.fused.run_steps(batch, self.req_to_token.table, torch.stack(locs), draws, raw_rows)

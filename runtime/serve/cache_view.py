@@ -41,5 +41,5 @@ def in_flight(core: EngineCore) -> list[tuple[Req, str]]:
 def _listing(r: Req, state: str, preview_tokens: int) -> InFlight:
     return InFlight(rid=r.rid, state=state, prompt_tokens=len(r.origin_input_ids), cached_tokens=r.cached_tokens,
                     generated=len(r.output_ids), priority=r.priority, age_s=round(time.monotonic() - r.arrival, 3),
-                    grammar=r.spec.kind if r.spec is not None else None,
+                    grammar=r.constraint.kind if r.constraint is not None else None,
                     preview_ids=r.origin_input_ids[:preview_tokens], namespace=namespace_name(r.namespace))

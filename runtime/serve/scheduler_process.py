@@ -72,7 +72,7 @@ class SchedulerProcess:
                 self._warm_up()
             if self.sched.has_work():
                 self._maybe_hang()
-                outputs = self.sched.step()
+                outputs = self.core.step()
                 updates = [self._update(o) for o in outputs]
                 for err in (u for u in updates if isinstance(u, ReqError)):
                     self.to_api.send(encode(err))
@@ -193,9 +193,9 @@ class SchedulerProcess:
 
 def spec_rates(sched) -> dict[str, float]:
     """Speculative decoding since start: accepted / drafted, and tokens produced per verify pass."""
-    if sched.spec is None or not sched.spec.stats["spec_verify_steps"]:
+    if sched.speculation is None or not sched.speculation.stats["spec_verify_steps"]:
         return {}
-    st = sched.spec.stats
+    st = sched.speculation.stats
     return {"spec_accept_rate": st["spec_accepted_tokens"] / max(st["spec_draft_tokens"], 1),
             "spec_accept_length": 1 + st["spec_accepted_tokens"] / st["spec_verify_steps"]}
 

@@ -1,7 +1,7 @@
-"""Speculative decoding: propose draft tokens (proposers.py), verify them in one extend pass (verify.py), and
-the scheduler's speculative decode step that ties both to the KV cache (step.py)."""
+"""Speculative decoding's model-free parts: the n-gram proposer and per-request state (proposers.py) and the
+scheduler's policy (policy.py). The executor runs the self-draft and the verify pass (runtime/execute/)."""
 
-from radixlm.runtime.decode.speculative.proposers import NgramProposer, SelfDraftProposer, spec_state
-from radixlm.runtime.decode.speculative.step import SpecDecoder
+from radixlm.runtime.decode.speculative.policy import SpecPolicy
+from radixlm.runtime.decode.speculative.proposers import NgramProposer, spec_state
 
-__all__ = ["NgramProposer", "SelfDraftProposer", "SpecDecoder", "spec_state"]
+__all__ = ["NgramProposer", "SpecPolicy", "spec_state"]

@@ -1,6 +1,7 @@
-"""Speculative decoding proposers: prompt lookup (n-gram) and self-speculation (the target's first layers).
+"""Speculative decoding's model-free parts: each request's bookkeeping, prompt lookup (n-gram), and cutting a draft
+to what the grammar allows. (The self-draft runs the model: execute/self_draft.py.)
 
-Both propose greedily, so a draft is a deterministic guess: verification (verify.py) samples each position as
+Every proposer proposes greedily, so a draft is a deterministic guess: verification (verify.py) samples each position as
 plain decoding would and accepts draft token d iff the sample is d (with probability p(d)), so the output is
 the tokens speculation-off decoding gives.
 """
@@ -9,10 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
-from radixlm.runtime.batch import make_decode_batch
-from radixlm.runtime.decode.sampler import argmax_rows
 from radixlm.runtime.request import Req
 
 
@@ -76,29 +73,6 @@ class NgramProposer:
                 if pos is not None:
                     return seq[pos:pos + k]
         return []
-
-
-class SelfDraftProposer:
-    """The target's first ``num_layers`` layers plus its final norm and LM head, run greedily.
-
-    Its KV for layers < num_layers goes to the slots the scheduler allocated for the draft positions; the
-    verify pass writes the very same layers' KV there again (same weights, same inputs), so no separate pool
-    is needed and the accepted prefix's KV is always the target's own.
-    """
-
-    def __init__(self, forward, num_layers: int) -> None:
-        self.forward, self.num_layers = forward, num_layers
-
-    def propose(self, reqs: list[Req], ks: list[int], locs: list[torch.Tensor]) -> list[list[int]]:
-        drafts: list[list[int]] = [[] for _ in reqs]
-        for j in range(max(ks, default=0)):
-            live = [i for i, k in enumerate(ks) if k > j]
-            inputs = [reqs[i].output_ids[-1] if j == 0 else drafts[i][-1] for i in live]
-            batch = make_decode_batch([reqs[i] for i in live], [locs[i][j:j + 1] for i in live], inputs, offset=j,
-                                      num_layers=self.num_layers)
-            for i, t in zip(live, argmax_rows(self.forward(batch)).tolist(), strict=True):
-                drafts[i].append(t)
-        return drafts
 
 
 def cut_by_grammar(req: Req, draft: list[int]) -> list[int]:

@@ -7,21 +7,13 @@ reproduces whatever it is batched with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from radixlm.kernels.sampling import RowPenalties, RowSettings, penalize, row_logprobs, sample_rows
 from radixlm.kernels.token_bitmask import apply_token_bitmask
 from radixlm.runtime.request import Req
-
-
-@dataclass
-class SampleOutput:
-    tokens: list[int]
-    logprobs: list[float] | None  # chosen-token logprob per row, for rows that asked (others 0.0)
-    top_logprobs: list[list[tuple[int, float]]] | None
+from radixlm.runtime.step_plan import SampleOutput
 
 
 def early_stop_bias(req: Req) -> dict[int, float]:
