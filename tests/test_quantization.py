@@ -176,6 +176,11 @@ def test_server_serves_int4_weights(shared_server):
     srv = shared_server
     info = httpx.get(f"{srv.url}/server_info", timeout=5).json()
     assert info["weights"] == "int4" and info["engine"]["quantization"] == "auto"
+    # invariance per dimension: the defaults' kernels hold batch, cache, chunking and speculation; tensor
+    # parallelism never (it sums partial products in another order): reported, with its reason
+    assert info["invariant"] is True and info["invariance"] == {"batch": True, "cache": True, "chunking": True,
+                                                                "speculation": True, "tp": False}
+    assert info["invariance_gaps"] == [] and info["tp_invariance_gap"].startswith("tensor parallelism")
     body = {"model": "default", "messages": [{"role": "user", "content": "Name a colour."}],
             "max_tokens": 8, "temperature": 0}
     res = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=120)

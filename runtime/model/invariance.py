@@ -19,6 +19,20 @@ from __future__ import annotations
 
 from radixlm.runtime.model.llama import LlamaForCausalLM
 
+# Why the answer at --tp-size N is not the answer at --tp-size 1, whatever the kernels: a row-parallel layer
+# (o_proj, down_proj) sums each rank's partial product over its share of K, and the all-reduce adds the shares;
+# one rank's matmul reduces over the whole K in another order, so the bits differ and greedy text may part.
+TP_GAP = ("tensor parallelism: each rank reduces its share of a layer's inputs and the all-reduce adds the "
+          "shares, another order of the sum than one rank's, so --tp-size N and --tp-size 1 may answer differently")
+
+
+def invariance_report(gaps: list[str]) -> dict[str, bool]:
+    """Invariance per dimension: batch (what else is in the batch), cache (a prefix from the radix cache or
+    recomputed), chunking (chunk and page sizes), speculation (on or off) hold together where the runner has no
+    gaps; tp (the answer at any --tp-size equals --tp-size 1's) never holds (TP_GAP)."""
+    ok = not gaps
+    return {"batch": ok, "cache": ok, "chunking": ok, "speculation": ok, "tp": False}
+
 
 def linear_gaps(model: LlamaForCausalLM) -> list[str]:
     """The linear layers (and embedding / LM head) that run on torch's matmul rather than radixlm's kernels."""

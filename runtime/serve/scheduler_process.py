@@ -31,6 +31,7 @@ from radixlm.runtime.messages import (
     encode,
     merge_progress,
 )
+from radixlm.runtime.model.invariance import TP_GAP, invariance_report
 from radixlm.runtime.scheduler import StepOutput
 from radixlm.runtime.serve.cache_view import cache_view
 from radixlm.runtime.serve.process_utils import die_with_parent, parent_alive
@@ -242,7 +243,9 @@ def run_scheduler(cfg: EngineConfig, paths: IpcPaths, parent_pid: int, log_level
             "dtype": str(core.dtype).removeprefix("torch."), "weights": core.config.load.quantization,
             "threads": torch.get_num_threads(),
             "scheduler_pid": os.getpid(), "invariant": not core.runner.invariance_gaps,
-            "invariance_gaps": core.runner.invariance_gaps, "device": core.runner.device.type,
+            "invariance": invariance_report(core.runner.invariance_gaps),
+            "invariance_gaps": core.runner.invariance_gaps, "tp_invariance_gap": TP_GAP,
+            "device": core.runner.device.type,
             "kernels": kernel_path(core)}
     ready.send(encode(Ready("scheduler", info=info)))
     try:
