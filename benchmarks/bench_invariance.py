@@ -2,7 +2,7 @@
 non-invariant setting, on run_peers' workloads A-E, in one run (one server at a time: 2 cores).
 
     python benchmarks/bench_invariance.py [--workloads A B C D E] [--flags "--quantization none"]
-                                          [--out benchmarks/results/DATE-invariance.json]
+                                          [--out benchmarks/results/invariance/DATE.json]
 
 Settings: invariant = the defaults; compiled = --no-deterministic --enable-torch-compile (the decode step
 through torch.compile); torch = --no-deterministic --cpu-kernels torch (torch's matmuls and SDPA, which

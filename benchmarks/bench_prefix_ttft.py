@@ -1,6 +1,6 @@
 """TTFT against the length of a shared prefix, with the radix cache warm and cold, in one process.
 
-    python benchmarks/bench_prefix_ttft.py [--lengths 256 512 1024 2048 4096] [--out results/FILE.json]
+    python benchmarks/bench_prefix_ttft.py [--lengths 256 512 1024 2048 4096] [--out benchmarks/results/prefix_ttft/FILE.json]
 
 For each prefix length L: one request of L shared tokens + 32 new ones, timed to its first token (one new
 token) after the prefix was cached by an earlier request ("cache on"), and after ``flush_cache`` ("cache

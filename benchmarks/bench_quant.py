@@ -3,7 +3,7 @@ path of radixlm's (portable, avx2, avx512... whatever this CPU has), the 49k-row
 of the whole engine per configuration, as ratios against dense bfloat16 on torch's ops in the same run.
 
     python benchmarks/bench_quant.py [--new-tokens 64] [--repeats 3] [--batch 1 8] [--rows 1 8 64 800]
-                                     [--engine-paths avx2 avx2_vnni] [--out benchmarks/results/FILE.json]
+                                     [--engine-paths avx2 avx2_vnni] [--out benchmarks/results/quant/FILE.json]
 
 Kernels: SmolLM2's four linear shapes x 30 distinct layers (so weights stream from memory, as in a real
 step), median of 15 passes. Engine: greedy, ``ignore_eos``, a ~64-token prompt per request, best of

@@ -1,7 +1,7 @@
 """What sampling costs: decode throughput with each sampling setting (filters, penalties) against greedy, in the
 same process.
 
-    python benchmarks/bench_sampling.py [--batch 1 8] [--tokens 128] [--rounds 2] [--out benchmarks/results/FILE.json]
+    python benchmarks/bench_sampling.py [--batch 1 8] [--tokens 128] [--rounds 2] [--out benchmarks/results/sampling/FILE.json]
 
 The Engine's defaults on the embedded SmolLM2, ``ignore_eos``, a fixed prompt, one seed per request. Each
 round runs greedy, then every setting, then greedy again; a setting's ratio is its tok/s over the mean of the

@@ -5,7 +5,7 @@ memory of the server's processes after them (the sum of their PSS); then the tim
 idle server (its process exits).
 
     python benchmarks/bench_startup.py [--model FILE_OR_NAME] [--context 8192] [--repeats 3]
-        [--llama-server PATH] [--out benchmarks/results/FILE.json]
+        [--llama-server PATH] [--out benchmarks/results/startup/FILE.json]
 
 --context N serves N tokens of context on both: llama-server's -c N, radixlm's --context-length N (which sizes its
 KV pool to N tokens, as -c does llama-server's), so their memory holds the same KV.

@@ -1,7 +1,7 @@
 """CPU time each server process spends per streamed token: what the API process (which detokenizes) and the
 streaming client take from the two cores the scheduler's forward pass runs on.
 
-    python benchmarks/bench_stream_cpu.py [--tokens 256] [--rounds 1] [--out benchmarks/results/FILE.json]
+    python benchmarks/bench_stream_cpu.py [--tokens 256] [--rounds 1] [--out benchmarks/results/stream_cpu/FILE.json]
 
 Plain `radixlm serve` (started ``--rounds`` times), one greedy chat stream (``ignore_eos``) after a
 warm-up one; each process's user + system CPU time over the stream (psutil), the client's included, divided

@@ -1,6 +1,6 @@
 """Sampled tool-call turns at temperature 1 over 10 tool schemas: does every call that starts parse and validate?
 
-    python benchmarks/bench_tool_calls.py [--turns 200] [--url URL] [--out results/FILE.json]
+    python benchmarks/bench_tool_calls.py [--turns 200] [--url URL] [--out benchmarks/results/tool_calls/FILE.json]
 
 Each turn offers all 10 tools and asks for one of them, with tool_choice cycling through auto, auto with a
 logit bias toward the trigger, required and the named function. Counted per mode: turns that started a call,

@@ -2,7 +2,7 @@
 (GGUF's Q4_K) in the same run: which forms are bound by memory and which by arithmetic, and where a path falls behind.
 
     python -P benchmarks/bench_weight_forms.py [--shape 8192 2048] [--rows 1 8] [--paths avx2 avx512]
-                                               [--rounds 9] [--out benchmarks/results/FILE.json]
+                                               [--rounds 9] [--out benchmarks/results/weight_forms/FILE.json]
 
 One [N, K] weight per form (random codes and scales in the file's ranges), x [rows, K] float32; a round times 30
 calls after 3 warm-up calls, and a form's result is its fastest round (the least disturbed by the machine's

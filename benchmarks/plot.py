@@ -1,6 +1,6 @@
-"""PNG plots of the results files under benchmarks/results/ (matplotlib: ``pip install -e ".[bench]"``).
+"""PNG plots of the results files under benchmarks/results/<benchmark>/ (matplotlib: ``pip install -e ".[bench]"``).
 
-    python benchmarks/plot.py benchmarks/results/*.json
+    python benchmarks/plot.py benchmarks/results/*/*.json
 
 Each JSON file gets its plots beside it (FILE*.png), by what it holds: run_peers.py results (output tok/s per
 workload, systems side by side), bench_scaling.py results (decode against the bandwidth ceiling, throughput

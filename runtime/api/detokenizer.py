@@ -2,7 +2,7 @@
 
 It ran as a process of its own. On two cores that process's wake-ups, its ZeroMQ I/O thread and a second
 encode and decode of every update took, for each streamed token, the core that the forward pass's second
-thread needs (benchmarks/results/2026-12-05-notes.md)."""
+thread needs (bench_stream_cpu.py measures the API process's CPU per streamed token)."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def choose_tokens(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = N
 def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
     """logits [B, V] -> int64 [B]: each row's first index of its maximum (a NaN counts as the maximum), as
     torch's argmax gives it. Float32 rows on the CPU go through numpy's vectorized argmax: torch's CPU argmax
-    walks a row one element at a time (benchmarks/results/2026-12-05-notes.md)."""
+    walks a row one element at a time."""
     if logits.device.type == "cpu" and logits.dtype == torch.float32:
         return torch.from_numpy(np.argmax(logits.numpy(), axis=-1))
     return logits.argmax(dim=-1)

@@ -23,8 +23,8 @@ from radixlm.runtime.model.weight_cache import WeightCache
 from radixlm.runtime.progress import Progress
 
 # bfloat16 on every CPU: it halves the bytes a decode step reads against float32; with AVX512-BF16 the
-# kernels multiply bf16 in hardware, elsewhere they widen it to float32 in registers (the measurement that
-# chose it, on AVX2 as well: benchmarks/results/2026-12-01-notes.md)
+# kernels multiply bf16 in hardware, elsewhere they widen it to float32 in registers (bench_quant.py compares
+# the weight forms and dtypes: benchmarks/results/quant/)
 DEFAULT_DTYPE = torch.bfloat16
 log = logging.getLogger("radixlm.model")
 

@@ -196,7 +196,7 @@ class QuantWeight:
             return native.int4_linear(x, self.data, self.scales, self.mins, self.isa)
         if self.kind == "int8" and x.shape[0] == 1 and torch.compiler.is_compiling():
             # traced, a dequantize-multiply-sum that inductor fuses into one pass over the int8 rows (faster
-            # than the aten kernel for one row, slower from two: benchmarks/results/2026-12-01-notes.md)
+            # than the aten kernel for one row, slower from two)
             return ((x.float()[:, None, :] * self.data.float()[None]).sum(-1) * self.scales.float()).to(x.dtype)
         if self.kind == "int8":
             return torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.data, self.scales)

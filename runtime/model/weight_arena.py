@@ -2,15 +2,15 @@
 
 A decode step at batch 1 streams every weight once, so its speed is the speed at which memory delivers
 them. Left where the loader's allocations put them (4 KB pages scattered through physical memory), the
-same bytes streamed slower than a fresh copy of them (benchmarks/results/2026-12-05-notes.md); the likely
+same bytes streamed slower than a fresh copy of them (benchmarks/bench_weight_block.py measures it); the likely
 cost is the TLB: a miss per page, each a page walk that a VM nests through the hypervisor's tables. One
 private anonymous mapping, 2 MB aligned, holds them instead: the layers' weights in layer order (each layer's
 qkv, o, gate_up, down, each as codes, scales, minimums), then the LM head. The kernels read the same bytes from
 the new addresses, so no result changes.
 
 The block is advised for transparent huge pages once it is filled, not before its first touch: huge-page faults
-made filling it much slower on a VM, for a decode rate within the machine's drift (benchmarks/results/startup/
-README.md); advised afterwards, the kernel's khugepaged may collapse the block in the background. Where the kernel grants no huge pages
+made filling it much slower on a VM, for a decode rate within the machine's drift (bench_startup.py); advised
+afterwards, the kernel's khugepaged may collapse the block in the background. Where the kernel grants no huge pages
 (``/sys/kernel/mm/transparent_hugepage/enabled`` set to ``never``) the block is still one fresh mapping.
 """
 
