@@ -12,18 +12,14 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 
 import torch
+from harness import cpu_description
 
 from radixlm.constrained import ConstraintSpec, GrammarCache, make_backend
 from radixlm.kernels.token_bitmask import apply_token_bitmask
 from radixlm.runtime.engine import Engine
-
-sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 16}, "city": {"type": "string", "maxLength": 16},

@@ -18,12 +18,11 @@ import random
 import time
 
 import httpx
+from harness import cpu_description
 
 from radixlm.radix_cache import RadixCache
 from radixlm.radix_cache.snapshot import tree_view
 from radixlm.runtime.messages import CacheViewResp, encode
-
-from common import cpu_description
 
 TOP, DEPTH, PREVIEW = 60, 8, 8
 

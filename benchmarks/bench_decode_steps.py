@@ -14,27 +14,21 @@ setting's, and checks that every setting generated the same tokens.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, save_result, text_of_tokens  # noqa: E402
+from harness import cpu_description, decode_tok_s, save_result, text_of_tokens
 
 
 def decode_round(engine, prompts: list[list[int]], tokens: int, sampling: dict,
                  logprobs: int | None) -> tuple[float, list]:
     """-> output tok/s of one batch, and its output ids (with their logprobs, if asked)."""
-    engine.generate(input_ids=prompts, sampling_params={"temperature": 0, "max_new_tokens": 1})  # the prompts cached
-    params = [{**sampling, "ignore_eos": True, "max_new_tokens": tokens, "seed": i} for i in range(len(prompts))]
+    params = [{**sampling, "max_new_tokens": tokens, "seed": i} for i in range(len(prompts))]
     asked = {} if logprobs is None else {"return_logprob": True, "top_logprobs_num": logprobs}
-    start = time.perf_counter()
-    outs = engine.generate(input_ids=prompts, sampling_params=params, **asked)
-    wall = time.perf_counter() - start
-    got = [(o["output_ids"], o["meta_info"].get("output_token_logprobs"), o["meta_info"].get("output_top_logprobs"))
-           for o in outs]
-    return len(prompts) * tokens / wall, got
+    rate, outs = decode_tok_s(engine, prompts, params, **asked)
+    return rate, [(o["output_ids"], o["meta_info"].get("output_token_logprobs"),
+                   o["meta_info"].get("output_top_logprobs")) for o in outs]
 
 
 def main() -> None:

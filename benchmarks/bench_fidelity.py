@@ -41,11 +41,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
+from harness import cpu_description, save_result
 
-sys.path.insert(0, os.path.dirname(__file__))
-from radixlm.runtime.model.sources import resolve_model  # noqa: E402
-
-from common import cpu_description, save_result  # noqa: E402
+from radixlm.runtime.model.sources import resolve_model
 
 TEXT = os.path.join(os.path.dirname(__file__), "data", "fidelity_text.txt")
 MAGIC = b"_logits_"

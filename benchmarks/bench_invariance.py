@@ -13,14 +13,10 @@ invariant / the fastest of the others.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "peers"))
-from run_peers import WORKLOADS, cpu_description, run_system  # noqa: E402
-
-from common import save_result  # noqa: E402
+from harness import cpu_description, radixlm_command, save_result, server
+from workloads import WORKLOADS, run_workloads
 
 SETTINGS = {
     "invariant": [],
@@ -48,13 +44,13 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--flags", default="", help="server flags every setting gets (e.g. --quantization none)")
-    ap.add_argument("--port", type=int, default=31240)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     results = {}
     for s in args.settings:
         print(f"{s}: radixlm serve {' '.join(args.flags.split() + SETTINGS[s])}", flush=True)
-        results[s] = run_system("radixlm", args.workloads, "", args.port, args.flags.split() + SETTINGS[s])
+        with server(radixlm_command(*args.flags.split(), *SETTINGS[s]), timeout=900) as url:
+            results[s] = run_workloads(url, "radixlm", args.workloads)
     rows = summary(results, args.workloads)
     date = time.strftime("%Y-%m-%d %H:%M")
     print(f"\n{date}, {cpu_description()}, SmolLM2-135M-Instruct, flags: {args.flags or '(defaults)'}")

@@ -13,14 +13,11 @@ layout's in the same run. ``--runs N``: the slots in runs of N consecutive ones,
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import torch
-
-sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, save_result  # noqa: E402
+from harness import cpu_description, save_result
 
 SLOTS, LAYERS, HQ, HKV, D = 65536, 30, 9, 3, 64
 

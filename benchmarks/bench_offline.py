@@ -12,11 +12,10 @@ import os
 import time
 
 import torch
+from harness import text_of_tokens
 
 from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.engine import Engine
-
-from common import text_of_tokens
 
 
 def hf_model(path: str, dtype: torch.dtype):

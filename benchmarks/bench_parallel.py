@@ -12,34 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 
 import httpx
 from bench_serving import main_async
-
-from radixlm.runtime.serve.launch import free_port
-
-from common import wait_healthy
+from harness import radixlm_command, start_server, stop_server
 
 
-def start(*flags: str, command: str = "serve") -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "radixlm.runtime", command, "--port", str(port), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(proc, url, timeout=300, poll=0.5)
-    return proc, url
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+def start(*flags: str, command: str = "serve"):
+    return start_server(radixlm_command(*flags, command=command), timeout=300)
 
 
 def workload(args, url: str, dataset: str) -> dict:
@@ -63,10 +43,10 @@ def bench_dp(args) -> None:
             try:
                 rows[policy] = workload(args, url, "shared-prefix")
             finally:
-                stop(router)
+                stop_server(router)
     finally:
         for p, _ in replicas:
-            stop(p)
+            stop_server(p)
     print(f"\nDP=2, {args.groups} groups x {args.per_group} requests, {args.system_len}-token system prompts, "
           f"{args.output_len} out, concurrency 8, {args.kv_tokens} KV tokens per replica")
     table(rows, "round_robin")
@@ -81,7 +61,7 @@ def bench_tp(args) -> None:
             httpx.post(f"{url}/flush_cache", timeout=30)
             rows[f"tp={tp}"] = workload(args, url, "random")
         finally:
-            stop(proc)
+            stop_server(proc)
     print(f"\nTP on this CPU: random {args.num_prompts} x 200 in / {args.output_len} out, concurrency 8")
     table(rows, "tp=1")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from radixlm.runtime.engine import Engine
+from harness import text_of_tokens
 
-from common import text_of_tokens
+from radixlm.runtime.engine import Engine
 
 
 def run(engine: Engine, prompts: list[list[int]], out_len: int) -> dict:

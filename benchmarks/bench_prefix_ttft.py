@@ -13,9 +13,9 @@ import argparse
 import json
 import time
 
-from radixlm.runtime.engine import Engine
+from harness import cpu_description, text_of_tokens
 
-from common import cpu_description, text_of_tokens
+from radixlm.runtime.engine import Engine
 
 SUFFIX = 32
 

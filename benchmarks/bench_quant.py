@@ -16,18 +16,14 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import multiprocessing
-import os
-import sys
 import time
 
 import torch
+from harness import cpu_description, decode_tok_s, save_result
 
-sys.path.insert(0, os.path.dirname(__file__))
-from radixlm.kernels import cpu_ext  # noqa: E402
-from radixlm.runtime.engine import Engine  # noqa: E402
-from radixlm.runtime.model.quantization import QuantWeight  # noqa: E402
-
-from common import cpu_description, save_result  # noqa: E402
+from radixlm.kernels import cpu_ext
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.model.quantization import QuantWeight
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down (N, K)
 ENGINES = {  # name -> Engine options
@@ -88,14 +84,8 @@ def engine_tok_s(options: dict, batches: list[int], new_tokens: int, repeats: in
     for batch in batches:
         prompts = [f"Question {i}: write a long story about a dragon number {i} and a knight. " * 4
                    for i in range(batch)]
-        sp = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
-        engine.generate(prompts, {**sp, "max_new_tokens": 4})
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            engine.generate(prompts, sp)
-            best = min(best, time.perf_counter() - t)
-        out[str(batch)] = batch * new_tokens / best
+        sp = {"max_new_tokens": new_tokens, "temperature": 0}
+        out[str(batch)] = max(decode_tok_s(engine, prompts, sp)[0] for _ in range(repeats))
     return out
 
 

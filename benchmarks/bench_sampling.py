@@ -12,13 +12,10 @@ little to the step: the forward pass dominates.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, save_result  # noqa: E402
+from harness import cpu_description, decode_tok_s, save_result
 
 SETTINGS = {
     "temperature 0.7": {"temperature": 0.7},
@@ -33,10 +30,8 @@ PROMPT = "Write a long story about a dragon who learns to cook."
 
 
 def tok_s(engine, sampling: dict, batch: int, tokens: int) -> float:
-    params = [dict(sampling, max_new_tokens=tokens, ignore_eos=True, seed=i) for i in range(batch)]
-    t = time.perf_counter()
-    outs = engine.generate([PROMPT] * batch, params)
-    return sum(o["meta_info"]["completion_tokens"] for o in outs) / (time.perf_counter() - t)
+    params = [dict(sampling, max_new_tokens=tokens, seed=i) for i in range(batch)]
+    return decode_tok_s(engine, [PROMPT] * batch, params)[0]
 
 
 def measure(engine, batch: int, tokens: int, rounds: int) -> dict:

@@ -20,18 +20,15 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from machine_limits import read_bandwidth  # noqa: E402
+from harness import cpu_description, decode_tok_s
+from machine_limits import read_bandwidth
 
-from radixlm.kernels.cpu_info import core_budget  # noqa: E402
-from radixlm.runtime.engine import Engine  # noqa: E402
-from radixlm.runtime.model.sources import resolve_model  # noqa: E402
-from radixlm.runtime.model.weight_arena import weight_tensors  # noqa: E402
-
-from common import cpu_description  # noqa: E402
+from radixlm.kernels.cpu_info import core_budget
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.model.sources import resolve_model
+from radixlm.runtime.model.weight_arena import weight_tensors
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 CONTEXTS = (512, 1024, 2048, 4096, 8192)
@@ -42,13 +39,9 @@ def prompt_ids(n: int, seed: int = 0) -> list[int]:
     return [(7 * i + 13 * seed) % 40000 + 100 for i in range(n)]  # any ids: the weights are random
 
 
-def decode_tok_s(engine: Engine, batch: int, new_tokens: int, prompt_len: int = 64) -> float:
+def decode_rate(engine: Engine, batch: int, new_tokens: int, prompt_len: int = 64) -> float:
     prompts = [prompt_ids(prompt_len, s) for s in range(batch)]
-    sp = {"temperature": 0, "ignore_eos": True}
-    engine.generate(input_ids=prompts, sampling_params={**sp, "max_new_tokens": 2})  # prompts cached
-    t = time.perf_counter()
-    engine.generate(input_ids=prompts, sampling_params={**sp, "max_new_tokens": new_tokens})
-    return batch * new_tokens / (time.perf_counter() - t)
+    return decode_tok_s(engine, prompts, {"temperature": 0, "max_new_tokens": new_tokens})[0]
 
 
 def prefill_tok_s(engine: Engine, n: int, repeats: int = 3) -> float:
@@ -118,7 +111,7 @@ def decode_rounds(engine: Engine, exe: str | None, model: str, bytes_per_token: 
     rounds = []
     for _ in range(ROUNDS):
         before = read_bandwidth(1024, 3)
-        r = {"radixlm_decode": decode_tok_s(engine, 1, 64)}
+        r = {"radixlm_decode": decode_rate(engine, 1, 64)}
         if exe:
             r["llama_decode"] = llama_rate(llama_bench(exe, model, ["-p", "0", "-n", "64"], 1), "n_gen")
         r["bandwidth"] = (before + read_bandwidth(1024, 3)) / 2
@@ -140,7 +133,7 @@ def run_model(model: str, exe: str | None, sweeps: bool) -> dict:
     engine = Engine(model, progress=False, max_total_tokens=16384, chunked_prefill_size=2048)
     out = {"model": os.path.basename(model), "startup_s": time.perf_counter() - t}
     out["bytes_per_token"] = step_bytes(engine)
-    decode_tok_s(engine, 1, 16)  # warm-up
+    decode_rate(engine, 1, 16)  # warm-up
     out.update(decode_rounds(engine, exe, model, out["bytes_per_token"]))
     out["radixlm_prefill_512"] = prefill_tok_s(engine, 512)
     if exe:
@@ -151,7 +144,7 @@ def run_model(model: str, exe: str | None, sweeps: bool) -> dict:
           f"ceiling), prefill {out['radixlm_prefill_512']:.0f} tok/s; llama.cpp decode {out.get('llama_decode')} "
           f"({out.get('llama_fraction')}), pp512 {out.get('llama_prefill_512')}; rounds {out['rounds']}", flush=True)
     if sweeps:
-        out["concurrency"] = {c: decode_tok_s(engine, c, 64) for c in CONCURRENCY}
+        out["concurrency"] = {c: decode_rate(engine, c, 64) for c in CONCURRENCY}
         print("  throughput by concurrency:", {c: round(v, 1) for c, v in out["concurrency"].items()}, flush=True)
         out["context"] = {c: ttft_tpot(engine, c) for c in CONTEXTS}
         print("  TTFT s / TPOT ms by context:", {c: (round(a, 2), round(b * 1e3, 1)) for c, (a, b) in

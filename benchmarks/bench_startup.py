@@ -26,12 +26,10 @@ import sys
 import time
 
 import httpx
+from harness import cpu_description, save_result, smollm_path, wait_healthy
 
-sys.path.insert(0, os.path.dirname(__file__))
-from radixlm.kernels.cpu_info import core_budget  # noqa: E402
-from radixlm.runtime.model.sources import resolve_model  # noqa: E402
-
-from common import cpu_description, save_result, smollm_path, wait_healthy  # noqa: E402
+from radixlm.kernels.cpu_info import core_budget
+from radixlm.runtime.model.sources import resolve_model
 
 PORT = 31555
 

@@ -19,13 +19,10 @@ import argparse
 import concurrent.futures
 import functools
 import multiprocessing
-import os
-import sys
 import time
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, save_result, text_of_tokens  # noqa: E402
+from harness import cpu_description, save_result, text_of_tokens
 
 PARTS = ("step", "forward", "layers", "lm_head", "schedule", "batch", "sample", "append")
 

@@ -17,9 +17,7 @@ import time
 
 import httpx
 import psutil
-
-sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, save_result, wait_healthy  # noqa: E402
+from harness import cpu_description, save_result, wait_healthy
 
 PORT = 31556
 URL = f"http://127.0.0.1:{PORT}"

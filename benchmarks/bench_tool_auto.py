@@ -15,21 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 import jsonschema
 import openai
+from harness import cpu_description, radixlm_command, save_result, server
+from workloads import ASKS, TOOLS
 
-sys.path.insert(0, os.path.dirname(__file__))
-from bench_tool_calls import ASKS, TOOLS  # noqa: E402
-
-from radixlm.kernels.cpu_info import core_budget  # noqa: E402
-from radixlm.runtime.model.sources import resolve_model  # noqa: E402
-from radixlm.runtime.serve.launch import free_port  # noqa: E402
-
-from common import cpu_description, save_result, wait_healthy  # noqa: E402
+from radixlm.kernels.cpu_info import core_budget
+from radixlm.runtime.model.sources import resolve_model
 
 # (request, the function it asks for): ASKS, then the same actions asked another way
 ACTIONS = [*zip(ASKS, [t["function"]["name"] for t in TOOLS], strict=True), *zip([
@@ -45,17 +40,11 @@ NO_TOOL = ["What is 17 times 23?", "Write a haiku about autumn.", "Explain what 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
-def server(system: str, path: str, peers: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+def command(system: str, path: str, peers: str) -> list[str]:
     if system == "radixlm":
-        cmd = [sys.executable, "-m", "radixlm.runtime", "serve", "--model", path, "--port", str(port)]
-    else:
-        cmd = [os.path.join(peers, "llama-server"), "-m", path, "--port", str(port), "-t", str(core_budget()),
-               "-c", "8192", "--jinja", "-a", "default"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(proc, url, timeout=600, poll=0.5)
-    return proc, url
+        return radixlm_command("--model", path)
+    return [os.path.join(peers, "llama-server"), "-m", path, "-t", str(core_budget()), "-c", "8192", "--jinja",
+            "-a", "default"]
 
 
 def valid_call(calls, name: str) -> bool:
@@ -77,14 +66,10 @@ def ask(client: openai.OpenAI, text: str):
 
 
 def run_system(system: str, path: str, peers: str) -> dict:
-    proc, url = server(system, path, peers)
-    try:
+    with server(command(system, path, peers)) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600)
         actions = [(text, name, ask(client, text)) for text, name in ACTIONS]
         plain = [(text, ask(client, text)) for text in NO_TOOL]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
     return {"valid_calls": sum(valid_call(m.tool_calls, name) for _, name, m in actions),
             "actions": len(actions), "calls_without_need": sum(bool(m.tool_calls) for _, m in plain),
             "no_tool_requests": len(plain),

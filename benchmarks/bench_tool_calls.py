@@ -18,46 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import openai
-from bench_parallel import start, stop
+from harness import cpu_description, radixlm_command, start_server, stop_server
+from workloads import ASKS, TOOLS
 
-from common import cpu_description
-
-
-def fn(name: str, desc: str, props: dict, required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
-        "type": "object", "properties": props, "required": required}}}
-
-
-S = {"type": "string", "maxLength": 24}
-TOOLS = [
-    fn("get_weather", "Weather forecast", {"city": S, "days": {"type": "integer", "minimum": 1, "maximum": 14}},
-       ["city", "days"]),
-    fn("convert_currency", "Convert money", {"amount": {"type": "number"}, "from": {"enum": ["USD", "EUR", "JPY"]},
-                                             "to": {"enum": ["USD", "EUR", "JPY"]}}, ["amount", "from", "to"]),
-    fn("search_web", "Search", {"query": S, "max_results": {"type": "integer", "minimum": 1, "maximum": 10}},
-       ["query"]),
-    fn("send_email", "Send an email", {"to": S, "subject": S, "urgent": {"type": "boolean"}}, ["to", "subject"]),
-    fn("create_event", "Calendar event", {"title": S, "when": {"type": "object", "properties": {
-        "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
-        "hour": {"type": "integer", "minimum": 0, "maximum": 23}}, "required": ["date", "hour"]}},
-       ["title", "when"]),
-    fn("add_items", "Shopping list", {"items": {"type": "array", "items": S, "minItems": 1, "maxItems": 5}},
-       ["items"]),
-    fn("set_thermostat", "Temperature", {"celsius": {"type": "number", "minimum": 5, "maximum": 30},
-                                         "room": {"enum": ["kitchen", "bedroom", "office"]}}, ["celsius", "room"]),
-    fn("book_table", "Restaurant booking", {"restaurant": S, "people": {"type": "integer", "minimum": 1,
-                                                                        "maximum": 12}, "note": S},
-       ["restaurant", "people"]),
-    fn("translate", "Translate text", {"text": S, "target": {"type": "string", "enum": ["fr", "de", "ja", "es"]}},
-       ["text", "target"]),
-    fn("rate_movie", "Rate a movie", {"title": S, "stars": {"type": "integer", "minimum": 1, "maximum": 5},
-                                      "tags": {"type": "array", "items": {"type": "string", "maxLength": 12},
-                                               "maxItems": 3}}, ["title", "stars"]),
-]
-ASKS = ["What's the weather in Lima this week?", "Convert 120 euros to yen.", "Search for radix trees.",
-        "Email bob@example.com about the meeting.", "Put lunch with Ann on 2026-12-03 at noon in my calendar.",
-        "Add milk and eggs to my list.", "Make the office 21 degrees.", "Book a table for 4 at Nopa.",
-        "Translate 'good morning' to Japanese.", "Rate Alien five stars."]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 MODES = ("auto", "auto_biased", "required", "named")
 # auto_biased: auto with logit_bias toward "<" and "tool" (the trigger <tool_call> is < tool _ call > in
@@ -113,7 +76,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     flags = ("--chat-template", os.path.abspath(args.chat_template)) if args.chat_template else ()
-    proc, url = (None, args.url) if args.url else start(*flags)
+    proc, url = (None, args.url) if args.url else start_server(radixlm_command(*flags), timeout=300)
     try:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600)
         t = time.perf_counter()
@@ -122,7 +85,7 @@ def main() -> None:
         wall = time.perf_counter() - t
     finally:
         if proc is not None:
-            stop(proc)
+            stop_server(proc)
     rows = summarize(turns)
     template = os.path.basename(args.chat_template) if args.chat_template else "the model's"
     header = (f"{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, SmolLM2-135M-Instruct, T=1, {args.turns} "

@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import multiprocessing
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import cpu_description, save_result, text_of_tokens  # noqa: E402
+from harness import cpu_description, save_result, text_of_tokens
 
 FORWARDS = 40
 

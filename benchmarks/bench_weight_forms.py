@@ -13,17 +13,14 @@ larger shape to measure from memory.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import torch
+from harness import cpu_description, save_result
 
-sys.path.insert(0, os.path.dirname(__file__))
-from radixlm.kernels import cpu_ext  # noqa: E402
-from radixlm.kernels import cpu_matmul as cm  # noqa: E402
-
-from common import cpu_description, save_result  # noqa: E402
+from radixlm.kernels import cpu_ext
+from radixlm.kernels import cpu_matmul as cm
 
 # form -> bits a weight (codes and scales) in its kernel's layout
 BITS = {"int8 (Q8_0)": 8.5, "int4 K (Q4_K)": 4.625, "int4 (Q4_0)": 4.5, "IQ4_XS": 4.3125, "int5 K (Q5_K)": 5.625,

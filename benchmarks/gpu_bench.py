@@ -18,7 +18,7 @@ import torch
 
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.engine import Engine
-from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.model.loader import random_model
 
 LLAMA3_8B = ModelConfig(architecture="LlamaForCausalLM", vocab_size=128256, hidden_size=4096,
                         intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128,
@@ -26,18 +26,6 @@ LLAMA3_8B = ModelConfig(architecture="LlamaForCausalLM", vocab_size=128256, hidd
 SMOKE = ModelConfig(architecture="LlamaForCausalLM", vocab_size=512, hidden_size=128, intermediate_size=256,
                     num_layers=2, num_heads=2, num_kv_heads=1, head_dim=64, max_position_embeddings=4096)
 H200 = {"hbm_bytes_s": 4.8e12, "bf16_flops": 989e12}
-
-
-def random_model_on(cfg: ModelConfig, dtype: torch.dtype, device: str) -> LlamaForCausalLM:
-    with torch.device(device):
-        model = LlamaForCausalLM(cfg).to(dtype)
-    gen = torch.Generator(device=device).manual_seed(0)
-    for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
-            p.data.fill_(1.0)
-        else:
-            p.data.normal_(0.0, 0.02, generator=gen)
-    return model.eval()
 
 
 def sync(device: str) -> None:
@@ -87,7 +75,7 @@ def main() -> None:
     cfg = SMOKE if args.smoke else LLAMA3_8B
     backends = ["torch"] if args.smoke else args.backends
     batches = [1, 4] if args.smoke else args.batches
-    model = random_model_on(cfg, torch.bfloat16, device)
+    model = random_model(cfg, torch.bfloat16, device=device)
     params = sum(p.numel() for p in model.parameters())
     results = {"model": "random Llama-3-8B shapes" if not args.smoke else "smoke", "params": params,
                "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "runs": []}

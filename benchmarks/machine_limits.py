@@ -12,16 +12,12 @@ ceiling tok/s = read bandwidth / weight bytes, per weight format.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
+from harness import cpu_description
 
-sys.path.insert(0, os.path.dirname(__file__))
-from radixlm.runtime.model.loader import open_model  # noqa: E402
-
-from common import cpu_description  # noqa: E402
+from radixlm.runtime.model.loader import open_model
 
 READ_KERNEL = r"""
 #include <torch/extension.h>

@@ -19,8 +19,7 @@ import random
 import time
 
 import httpx
-
-from common import cpu_description
+from harness import cpu_description
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
                                                                             "maximum": 99}}, "required": ["ok", "n"]}

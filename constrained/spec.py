@@ -77,13 +77,17 @@ def _check_depth(obj: Any, what: str, limit: int = 64) -> None:
             stack.extend((v, depth + 1) for v in node)
 
 
-def spec_from_sampling(params: dict[str, Any]) -> ConstraintSpec | None:
-    """From sampling parameters: at most one of json_schema, regex, ebnf, choices (pops them)."""
+def spec_from_sampling(params: dict[str, Any], response_format: ConstraintSpec | None = None) -> ConstraintSpec | None:
+    """The request's one constraint: from sampling parameters (json_schema, regex, ebnf, choices: popped) or, given,
+    from OpenAI's response_format; more than one is a ValueError naming them all (the one check of it)."""
     given = {k: params.pop(k) for k in ("json_schema", "regex", "ebnf", "choices") if params.get(k) is not None}
     for k in ("json_schema", "regex", "ebnf", "choices"):
         params.pop(k, None)
-    if len(given) > 1:
-        raise ValueError(f"constraint: give only one of {sorted(given)}")
+    if len(given) + (response_format is not None) > 1:
+        names = sorted(given) + (["response_format"] if response_format is not None else [])
+        raise ValueError(f"constraint: give only one of {names}")
+    if response_format is not None:
+        return response_format
     if not given:
         return None
     (kind, value), = given.items()

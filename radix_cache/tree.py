@@ -159,9 +159,6 @@ class RadixCache:
     def total_size(self) -> int:
         return self.evictable_size + self.protected_size
 
-    def all_slots(self) -> list[int]:
-        return [s for n in self._walk() if n is not self.root for s in n.value]
-
     def check_integrity(self) -> None:
         """Raise AssertionError with the first broken invariant."""
         evictable = protected = 0

@@ -171,29 +171,29 @@ def test_the_api_detokenizes_each_update_and_a_failing_request_fails_alone(smol_
     its decode, and its state goes with its last update. A request whose text cannot be decoded gets a 500 on
     its own stream while the other request in the same batch goes on."""
     from radixlm.runtime.api.metrics import Metrics
-    from radixlm.runtime.api.tokenizer_manager import ReqState, TokenizerManager
+    from radixlm.runtime.api.scheduler_client import ReqState, SchedulerClient
     from radixlm.runtime.ipc import IpcPaths
     from radixlm.runtime.messages import ReqError, TokenBatch, TokenUpdate
 
     ids = smol_tokenizer("naïve café 🎉 end", add_special_tokens=False)["input_ids"]
-    tm = TokenizerManager(smol_tokenizer, IpcPaths(str(tmp_path)), Metrics("test"))
-    tm.states.update({"ok": ReqState(), "bad": ReqState()})
-    real = tm.detokenizer.text_update
+    client = SchedulerClient(smol_tokenizer, IpcPaths(str(tmp_path)), Metrics("test"))
+    client.states.update({"ok": ReqState(), "bad": ReqState()})
+    real = client.detokenizer.text_update
 
     def text_update(u: TokenUpdate):  # the real decode for "ok", a broken one for "bad"
         if u.rid == "bad":
             raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "test: a broken decode")
         return real(u)
 
-    tm.detokenizer.text_update = text_update
+    client.detokenizer.text_update = text_update
     try:
         for i, tok in enumerate(ids):
-            tm._on_message(TokenBatch([TokenUpdate(rid, [tok], finished=i == len(ids) - 1) for rid in ("ok", "bad")]))
-        ok = tm.states["ok"].queue
+            client._on_message(TokenBatch([TokenUpdate(rid, [tok], finished=i == len(ids) - 1) for rid in ("ok", "bad")]))
+        ok = client.states["ok"].queue
         assert "".join(ok.get_nowait().text for _ in range(ok.qsize())) == smol_tokenizer.decode(ids)
-        assert "ok" not in tm.detokenizer.states
-        err = tm.states["bad"].queue.get_nowait()
+        assert "ok" not in client.detokenizer.states
+        err = client.states["bad"].queue.get_nowait()
         assert isinstance(err, ReqError) and err.status == 500 and "detokenizing failed" in err.message
     finally:
-        tm.recv.close(linger=0)  # a socket of a shadow context: the asyncio context's destroy does not see it
-        tm.ctx.destroy(linger=0)
+        client.recv.close(linger=0)  # a socket of a shadow context: the asyncio context's destroy does not see it
+        client.ctx.destroy(linger=0)

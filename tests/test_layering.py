@@ -126,3 +126,61 @@ def test_every_package_folder_is_in_the_wheel():
         for d in (ROOT / f).rglob("*"):
             if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")):
                 assert (d / "__init__.py").exists(), f"{d} holds modules but is not a package"
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts[:-1]) if rel.name == "__init__" else list(rel.parts)
+    return ".".join(["radixlm", *parts])
+
+
+def executed_imports(path: pathlib.Path, known: set[str]) -> set[str]:
+    """The radixlm modules a file imports when it runs, lazy imports inside functions included and those under
+    ``if TYPE_CHECKING:`` left out; ``from package import name`` counts the submodule where ``name`` is one."""
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+            for stmt in node.body for n in ast.walk(stmt)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known
+            found |= subs or {node.module}
+    return found & known
+
+
+def test_no_import_cycles_lazy_ones_included():
+    """No module reaches itself through the imports it runs (a lazy import inside a function counts)."""
+    paths = [p for f in FOLDERS for p in sources(f)]
+    known = {module_name(p) for p in paths}
+    graph = {module_name(p): executed_imports(p, known) - {module_name(p)} for p in paths}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles

@@ -8,9 +8,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlm.runtime.api.message_stream import MessageStream, Syntax, value_end
-from radixlm.runtime.api.reasoning import PARSERS
-from radixlm.runtime.api.tool_formats import FORMATS, HERMES, QWEN_FORMS
+from radixlm.runtime.api.chat.message_stream import MessageStream, Syntax, value_end
+from radixlm.runtime.api.chat.reasoning import PARSERS
+from radixlm.runtime.api.chat.tool_formats import FORMATS, HERMES, QWEN_FORMS
 from radixlm.runtime.decode.text import IncrementalText
 
 THINK = PARSERS["qwen3"]

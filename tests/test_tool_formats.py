@@ -11,10 +11,9 @@ import xgrammar as xgr
 from xgrammar.testing import _is_grammar_accept_string
 
 from radixlm.constrained.xgrammar_backend import _schema_ebnf, bounded_format
-from radixlm.runtime.api.chat_prompt import ChatSyntax, chat_prompt
-from radixlm.runtime.api.protocol import ChatMessage
-from radixlm.runtime.api.reasoning import PARSERS, reasoning_syntax, with_reasoning
-from radixlm.runtime.api.tool_formats import (
+from radixlm.runtime.api.chat.prompt import ChatSyntax, chat_prompt
+from radixlm.runtime.api.chat.reasoning import PARSERS, reasoning_syntax, with_reasoning
+from radixlm.runtime.api.chat.tool_formats import (
     FORMATS,
     HERMES,
     JSON_OBJECT,
@@ -26,6 +25,7 @@ from radixlm.runtime.api.tool_formats import (
     detect,
     structural_format,
 )
+from radixlm.runtime.api.openai_api.protocol import ChatMessage
 
 HERE = os.path.dirname(__file__)
 FUNCS = {"get_weather": {"parameters": {"type": "object", "properties": {

@@ -1,3 +1,4 @@
-"""The HTTP API process: routes (app.py, openai_routes.py, native.py), the OpenAI request models
-(protocol.py), request handling and SSE (serving.py), tools (tools.py), the tokenizer manager that talks to
-the scheduler over ZeroMQ (tokenizer_manager.py), and Prometheus metrics (metrics.py). No model code here."""
+"""The HTTP API process, grouped by what it serves: the OpenAI routes (openai_api/), chat rendering (chat/), the
+Responses API (responses/), the dashboard and playground (dashboard/), SGLang's native /generate (native.py); and
+what they share: request handling and SSE (serving.py), the one error type (errors.py), the scheduler's client
+over ZeroMQ (scheduler_client.py), detokenization, tenancy, limits and metrics. No model code here."""

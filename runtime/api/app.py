@@ -9,10 +9,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from radixlm.runtime.api import dashboard, native, openai_routes, responses_routes
+from radixlm.runtime.api import native
+from radixlm.runtime.api.dashboard import routes as dashboard
+from radixlm.runtime.api.errors import ApiError
 from radixlm.runtime.api.limits import BodyLimits
-from radixlm.runtime.api.serving import ApiError, Serving
-from radixlm.runtime.api.tokenizer_manager import RequestFailed
+from radixlm.runtime.api.openai_api import routes as openai_routes
+from radixlm.runtime.api.responses import routes as responses_routes
+from radixlm.runtime.api.scheduler_client import RequestFailed
+from radixlm.runtime.api.serving import Serving
 
 
 def error_response(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -45,7 +49,7 @@ class Guard:
     passes every chunk of a streamed response through a memory stream between two tasks, per token."""
 
     def __init__(self, app, serving: Serving) -> None:
-        self.app, self.tm, self.tenancy = app, serving.tm, serving.tenancy
+        self.app, self.client, self.tenancy = app, serving.client, serving.tenancy
         self.public = dashboard.PUBLIC_PATHS | {"/health"}
 
     async def __call__(self, scope, receive, send) -> None:
@@ -58,16 +62,16 @@ class Guard:
 
     def _check(self, request: Request) -> ApiError | None:
         """Sets request.state.tenant (the scope's state, which the routes' requests share)."""
-        path, tm, tenancy = request.url.path, self.tm, self.tenancy
+        path, client, tenancy = request.url.path, self.client, self.tenancy
         request.state.tenant = None
         if tenancy.required and path not in self.public:
             request.state.tenant = tenancy.authenticate(request.headers.get("authorization", ""))
             if request.state.tenant is None:
                 # OpenAI's own 401 for a wrong key: type invalid_request_error, code invalid_api_key
                 return ApiError(401, "invalid or missing API key", code="invalid_api_key")
-        if tm.dead and path not in ("/metrics",):
-            return ApiError(503, tm.dead, err_type="server_error")
-        if tm.draining and path in ("/health", "/health_generate"):
+        if client.dead and path not in ("/metrics",):
+            return ApiError(503, client.dead, err_type="server_error")
+        if client.draining and path in ("/health", "/health_generate"):
             return ApiError(503, "the server is shutting down (draining)", err_type="server_error")
         return None
 
@@ -104,7 +108,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def add_admin_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> None:
-    tm = serving.tm
+    client = serving.client
 
     @app.get("/health")
     async def health():
@@ -118,19 +122,19 @@ def add_admin_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]
 
     @app.get("/model_info")
     async def model_info():
-        tok = tm.tokenizer
+        tok = client.tokenizer
         return {"model_path": server_info["model_path"], "served_model_name": serving.model_name,
                 "is_generation": True, "max_context": serving.max_context, "chat_template": tok.chat_template,
                 "bos_token": tok.bos_token, "eos_token": tok.eos_token}
 
     @app.get("/server_info")
     async def info():
-        stats = tm.stats
+        stats = client.stats
         return {**server_info, "stats": None if stats is None else {f: getattr(stats, f) for f in stats.__struct_fields__}}
 
     @app.post("/flush_cache")
     async def flush_cache():
-        resp = await tm.flush_cache()
+        resp = await client.flush_cache()
         if not resp.ok:
             raise ApiError(400, resp.message)
         return PlainTextResponse(f"Cache flushed: {resp.message}.\n")
@@ -140,28 +144,28 @@ def add_admin_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]
         rid = body.get("rid")
         if not isinstance(rid, str) or not rid:
             raise ApiError(400, "rid must be a non-empty string", param="rid")
-        tm.abort(rid)
+        client.abort(rid)
         return Response(status_code=200)
 
     @app.get("/metrics")
     async def metrics():
-        return Response(tm.metrics.render(), media_type="text/plain; version=0.0.4")
+        return Response(client.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 def add_token_routes(app: FastAPI, serving: Serving) -> None:
-    tm = serving.tm
+    client = serving.client
 
     @app.post("/tokenize")
     async def tokenize(body: dict[str, Any]):
         text = body.get("text", body.get("prompt"))
         if not isinstance(text, str):
             raise ApiError(400, "text must be a string", param="text")
-        ids = tm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = client.tokenizer(text, add_special_tokens=False)["input_ids"]
         return {"tokens": ids, "count": len(ids), "max_model_len": serving.max_context}
 
     @app.post("/detokenize")
     async def detokenize(body: dict[str, Any]):
         ids = body.get("tokens")
-        if not isinstance(ids, list) or not all(isinstance(t, int) and 0 <= t < len(tm.tokenizer) for t in ids):
+        if not isinstance(ids, list) or not all(isinstance(t, int) and 0 <= t < len(client.tokenizer) for t in ids):
             raise ApiError(400, "tokens must be a list of token ids", param="tokens")
-        return {"text": tm.tokenizer.decode(ids)}
+        return {"text": client.tokenizer.decode(ids)}

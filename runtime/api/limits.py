@@ -13,7 +13,7 @@ import json
 import re
 from itertools import accumulate
 
-from radixlm.runtime.api.serving import ApiError
+from radixlm.runtime.api.errors import ApiError
 
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 32 * 1024

@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from radixlm.runtime.api.protocol import GenerateRequest
-from radixlm.runtime.api.serving import ApiError, Choice, Serving, sse
+from radixlm.runtime.api.errors import ApiError
+from radixlm.runtime.api.openai_api.protocol import GenerateRequest
+from radixlm.runtime.api.serving import Choice, Serving, sse
 from radixlm.runtime.messages import LogprobOptions, spec_meta
 
 
@@ -19,7 +20,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
 
 
 async def native_generate(serving: Serving, req: GenerateRequest, request: Request):
-    tok = serving.tm.tokenizer
+    tok = serving.client.tokenizer
     if (req.text is None) == (req.input_ids is None):
         raise ApiError(400, "give exactly one of text or input_ids", param="text")
     single = isinstance(req.text, str) or (req.input_ids is not None and not isinstance(req.input_ids[0], list))

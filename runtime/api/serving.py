@@ -10,28 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.constrained.spec import ConstraintSpec
+from radixlm.runtime.api.chat.prompt import ChatSyntax
+from radixlm.runtime.api.chat.reasoning import reasoning_syntax
+from radixlm.runtime.api.errors import ApiError, bad_param
+from radixlm.runtime.api.scheduler_client import RequestFailed, SchedulerClient
 from radixlm.runtime.api.tenancy import Tenancy
-from radixlm.runtime.api.tokenizer_manager import RequestFailed, TokenizerManager
 from radixlm.runtime.config import ServerConfig
 from radixlm.runtime.messages import GenerateReq, LogprobOptions, TextUpdate
 from radixlm.runtime.request_builder import ContextLengthError, RequestLimits, build_requests, parse_sampling
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 err_type: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, err_type
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def bad_param(e: ValueError) -> ApiError:
-    msg = str(e)
-    head = msg.split(" ", 1)[0].rstrip(":")
-    param = head.split(".", 1)[1] if head.startswith("sampling_params.") else head.split(".")[0]
-    return ApiError(400, msg, param=param)
 
 
 @dataclass
@@ -58,14 +44,11 @@ class Choice:
 
 
 class Serving:
-    def __init__(self, tm: TokenizerManager, cfg: ServerConfig, max_context: int, model_name: str,
+    def __init__(self, client: SchedulerClient, cfg: ServerConfig, max_context: int, model_name: str,
                  tenancy: Tenancy | None = None) -> None:
-        self.tm, self.cfg, self.max_context, self.model_name = tm, cfg, max_context, model_name
+        self.client, self.cfg, self.max_context, self.model_name = client, cfg, max_context, model_name
         self.tenancy = tenancy or Tenancy()
-        from radixlm.runtime.api.chat_prompt import ChatSyntax  # (it imports ApiError from here)
-        from radixlm.runtime.api.reasoning import reasoning_syntax
-
-        template = getattr(tm.tokenizer, "chat_template", None)
+        template = getattr(client.tokenizer, "chat_template", None)
         self.chat = ChatSyntax.of(template, reasoning_syntax(cfg.reasoning_parser, template))
         self.limits = RequestLimits(cfg.max_n, cfg.max_stop, cfg.max_top_logprobs)
 
@@ -76,13 +59,13 @@ class Serving:
         """One list of n GenerateReqs per prompt (request_builder), in the radix namespace of ``tenant`` (who
         authenticated) and ``cache_salt``; raises ApiError on bad input."""
         try:
-            rid = rid or self.tm.new_rid()
+            rid = rid or self.client.new_rid()
             namespace = self.tenancy.namespace(tenant, cache_salt, rid)
             params, from_params = parse_sampling(sampling)
             if spec is not None and from_params is not None:
                 raise ValueError("constraint: give one of response_format / tools or regex / ebnf / json_schema")
             return build_requests(prompts, [params] * len(prompts), rid,
-                                  max_context=self.max_context, vocab_size=len(self.tm.tokenizer),
+                                  max_context=self.max_context, vocab_size=len(self.client.tokenizer),
                                   constraints=[spec or from_params] * len(prompts), logprob=logprob,
                                   priority=priority, limits=self.limits, namespace=namespace)
         except ContextLengthError as e:
@@ -118,12 +101,12 @@ class Serving:
     async def merged(self, reqs: list[GenerateReq], is_disconnected) -> AsyncIterator[tuple[int, TextUpdate]]:
         """Submit all and yield (index, update) as they arrive; errors and disconnects abort the rest."""
         for r in reqs:
-            self.tm.submit(r)
+            self.client.submit(r)
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(i: int, rid: str) -> None:
             try:
-                async for u in self.tm.updates(rid, is_disconnected):
+                async for u in self.client.updates(rid, is_disconnected):
                     await queue.put((i, u))
             except RequestFailed as e:
                 await queue.put((i, e))
@@ -152,8 +135,8 @@ class Serving:
             for t in tasks:
                 t.cancel()
             for r in reqs:
-                if r.rid in self.tm.states and not self.tm.states[r.rid].finished:
-                    self.tm.abort(r.rid)
+                if r.rid in self.client.states and not self.client.states[r.rid].finished:
+                    self.client.abort(r.rid)
 
 
 def usage(groups: list[list[GenerateReq]], choices: list[Choice]) -> dict[str, Any]:

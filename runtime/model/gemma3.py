@@ -18,8 +18,8 @@ from torch import nn
 
 from radixlm.runtime.config import ModelConfig
 from radixlm.runtime.model.layers import ColumnParallelLinear, RMSNorm, RowParallelLinear, TPInfo, split_range
-from radixlm.runtime.model.llama import Attend, Attention
 from radixlm.runtime.model.rotary import RopeAt
+from radixlm.runtime.model.self_attention import Attend, Attention
 
 
 class Gemma3Attention(Attention):

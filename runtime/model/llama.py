@@ -6,7 +6,7 @@ Shapes: T tokens in the flattened batch, H hidden size, Hq/Hkv local query/KV he
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,7 @@ from torch import nn
 
 from radixlm.kernels import cpu_norm_act
 from radixlm.runtime.config import ModelConfig
+from radixlm.runtime.model.gemma3 import Gemma3DecoderLayer
 from radixlm.runtime.model.layers import (
     ColumnParallelLinear,
     HeadShard,
@@ -25,36 +26,11 @@ from radixlm.runtime.model.layers import (
     split_range,
 )
 from radixlm.runtime.model.rotary import RopeAt, RotaryEmbedding
-
-# attend(q [T, Hq, D], k [T, Hkv, D], v, layer) -> [T, Hq D]: stores k, v in the KV pool, then attends
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+from radixlm.runtime.model.self_attention import Attend, Attention
 
 # HF weight name fragment -> (our module fragment, shard index within a stacked weight)
 _STACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
             "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPInfo) -> None:
-        super().__init__()
-        self.layer_id = layer_id
-        self.head_dim = d = cfg.head_dim
-        heads = HeadShard.of(cfg.num_heads, cfg.num_kv_heads, tp)
-        self.num_heads, self.num_kv_heads = heads.q_count, heads.kv_count
-        q_part, kv_part = (heads.q_start * d, heads.q_count * d), (heads.kv_start * d, heads.kv_count * d)
-        self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, [q_part, kv_part, kv_part], cfg.qkv_bias)
-        self.o_proj = RowParallelLinear(q_part, cfg.hidden_size, tp)
-
-    def forward(self, x: torch.Tensor, rope: RopeAt, attend: Attend) -> torch.Tensor:
-        qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)
-        k = k.view(-1, self.num_kv_heads, self.head_dim)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = rope(q, k)
-        out = attend(q, k, v, self.layer_id)  # [T, Hq D]
-        return self.o_proj(out)
 
 
 class MLP(nn.Module):
@@ -101,9 +77,7 @@ class LlamaForCausalLM(nn.Module):
         self.cfg, self.tp = cfg, tp
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
         self.gemma = cfg.architecture == "Gemma3ForCausalLM"
-        if self.gemma:  # imported here: gemma3.py subclasses this module's Attention
-            from radixlm.runtime.model.gemma3 import Gemma3DecoderLayer
-
+        if self.gemma:
             self.layers = nn.ModuleList(Gemma3DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
         else:
             self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))

@@ -62,10 +62,13 @@ def _empty_model(cfg: ModelConfig, dtype: torch.dtype, tp: TPInfo | None) -> Lla
         torch.set_default_dtype(default)
 
 
-def random_model(cfg: ModelConfig, dtype: torch.dtype = torch.float32, seed: int = 0) -> LlamaForCausalLM:
-    """A model with small random weights, for fast unit tests."""
+def random_model(cfg: ModelConfig, dtype: torch.dtype = torch.float32, seed: int = 0,
+                 device: str = "cpu") -> LlamaForCausalLM:
+    """A model with small random weights (the same for a seed on any device: drawn on the CPU), for fast unit
+    tests and for benchmarks of shapes no file has (benchmarks/gpu_bench.py)."""
     gen = torch.Generator().manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(dtype)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype)
     for name, p in model.named_parameters():
         if name.endswith("norm.weight"):
             p.data.fill_(1.0)

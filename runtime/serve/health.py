@@ -10,9 +10,10 @@ import httpx
 
 
 def wait_healthy(urls: str | list[str], timeout: float, dead: Callable[[], str | None] = lambda: None,
-                 poll: float = 0.1) -> float:
-    """Seconds until the /health of every base url in ``urls`` answers 200. RuntimeError with ``dead()``'s
-    reason as soon as it gives one (a process that exited), or naming the servers still silent at ``timeout``."""
+                 poll: float = 0.1, path: str = "/health") -> float:
+    """Seconds until ``path`` (/health; a peer without one: /v1/models) of every base url in ``urls`` answers
+    200. RuntimeError with ``dead()``'s reason as soon as it gives one (a process that exited), or naming the
+    servers still silent at ``timeout``."""
     start, pending = time.monotonic(), {urls} if isinstance(urls, str) else set(urls)
     while pending:
         reason = dead()
@@ -20,7 +21,7 @@ def wait_healthy(urls: str | list[str], timeout: float, dead: Callable[[], str |
             raise RuntimeError(reason)
         for url in list(pending):
             try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{url}{path}", timeout=1).status_code == 200:
                     pending.discard(url)
             except httpx.HTTPError:
                 pass

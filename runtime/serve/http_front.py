@@ -16,11 +16,11 @@ import uvicorn
 
 from radixlm.kernels.cpu_info import cpu_description
 from radixlm.runtime.api.app import create_app
+from radixlm.runtime.api.chat.reasoning import reasoning_syntax
 from radixlm.runtime.api.metrics import Metrics
-from radixlm.runtime.api.reasoning import reasoning_syntax
+from radixlm.runtime.api.scheduler_client import SchedulerClient
 from radixlm.runtime.api.serving import Serving
 from radixlm.runtime.api.tenancy import Tenancy
-from radixlm.runtime.api.tokenizer_manager import TokenizerManager
 from radixlm.runtime.config import ServerConfig
 from radixlm.runtime.model.sources import ModelSource
 from radixlm.runtime.model.tokenizer_files import load_tokenizer
@@ -43,16 +43,16 @@ def api_tokenizer(source: ModelSource, server_cfg: ServerConfig):
 async def serve_api(engine_cfg, server_cfg, paths, procs, tokenizer, info: dict, name: str, tenancy: Tenancy) -> int:
     """Serve the API until a signal or a child's death -> the exit code."""
     metrics = Metrics(name)
-    tm = TokenizerManager(tokenizer, paths, metrics)
-    serving = Serving(tm, server_cfg, info["max_context"], name, tenancy)
+    client = SchedulerClient(tokenizer, paths, metrics)
+    serving = Serving(client, server_cfg, info["max_context"], name, tenancy)
     server_info = {"model_path": engine_cfg.load.model or "default (SmolLM2-135M-Instruct)", **info, "api_pid": os.getpid(),
                    "cpu": cpu_description(),
                    "engine": engine_cfg.flat(),
                    "server": {k: v for k, v in dataclasses.asdict(server_cfg).items() if k != "api_key"},
                    "tenants": len(set(tenancy.keys.values())), "cache_sharing": tenancy.sharing}
     server = http_server(create_app(serving, server_info), server_cfg.host, server_cfg.port, server_cfg.log_level)
-    tm.start()
-    watch = Supervisor(server, tm, procs, engine_cfg.scheduler.watchdog_timeout_s, server_cfg.drain_timeout_s)
+    client.start()
+    watch = Supervisor(server, client, procs, engine_cfg.scheduler.watchdog_timeout_s, server_cfg.drain_timeout_s)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, watch.drain)
@@ -75,17 +75,17 @@ class Supervisor:
     that never returns), fails every request with 503, marks the server unhealthy and exits non-zero. SIGTERM
     drains: new requests get 503, running ones get ``drain_s`` to finish, then the server exits 0."""
 
-    def __init__(self, server: uvicorn.Server, tm: TokenizerManager, procs, hang_s: float, drain_s: float) -> None:
-        self.server, self.tm, self.procs, self.hang_s, self.drain_s = server, tm, procs, hang_s, drain_s
+    def __init__(self, server: uvicorn.Server, client: SchedulerClient, procs, hang_s: float, drain_s: float) -> None:
+        self.server, self.client, self.procs, self.hang_s, self.drain_s = server, client, procs, hang_s, drain_s
         self.exit_code = 0
         self.drain_deadline: float | None = None
 
     def drain(self) -> None:
         if self.drain_deadline is None:
-            log.info("draining: new requests get 503; %d running get up to %.0f s", len(self.tm.states), self.drain_s)
-            self.tm.draining = True
+            log.info("draining: new requests get 503; %d running get up to %.0f s", len(self.client.states), self.drain_s)
+            self.client.draining = True
             self.drain_deadline = time.monotonic() + self.drain_s
-            if not self.tm.states:  # nothing to wait for
+            if not self.client.states:  # nothing to wait for
                 self.server.should_exit = True
         else:  # a second signal: stop now
             self.server.should_exit = True
@@ -96,14 +96,14 @@ class Supervisor:
             problem = self._problem()
             if problem:
                 log.error(problem)
-                self.tm.fail_all(problem)
+                self.client.fail_all(problem)
                 self.exit_code = 1
                 await asyncio.sleep(0.5)  # let in-flight requests receive their 503
                 self.server.should_exit = True
-            elif self.drain_deadline is not None and (not self.tm.states or time.monotonic() > self.drain_deadline):
-                if self.tm.states:
-                    log.warning("drain timeout: %d requests still running get 503", len(self.tm.states))
-                    self.tm.fail_all("the server shut down before this request finished (drain timeout)")
+            elif self.drain_deadline is not None and (not self.client.states or time.monotonic() > self.drain_deadline):
+                if self.client.states:
+                    log.warning("drain timeout: %d requests still running get 503", len(self.client.states))
+                    self.client.fail_all("the server shut down before this request finished (drain timeout)")
                     await asyncio.sleep(0.5)
                 self.server.should_exit = True
 
@@ -111,7 +111,7 @@ class Supervisor:
         dead = [p for p in self.procs if not p.is_alive()]
         if dead:
             return f"{dead[0].name} process died (exit code {dead[0].exitcode}); the server is shutting down"
-        age = self.tm.heartbeat_age()
+        age = self.client.heartbeat_age()
         if age is not None and age > self.hang_s:
             return f"the scheduler has not answered for {age:.1f} s (a step hung; limit {self.hang_s} s); exiting"
         return None

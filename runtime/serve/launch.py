@@ -20,7 +20,8 @@ from radixlm.runtime.config import EngineConfig, ServerConfig
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import Ready, Shutdown, decoder, encode
 from radixlm.runtime.model.sources import resolve_model
-from radixlm.runtime.serve.process_utils import scheduler_main, tp_process_name, tp_worker_main
+from radixlm.runtime.serve.process_utils import tp_process_name
+from radixlm.runtime.serve.spawn_targets import scheduler_main, tp_worker_main
 
 log = logging.getLogger("radixlm")
 STOP_GRACE_S = 3.0  # how long a child that started gets to finish after Shutdown

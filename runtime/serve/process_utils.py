@@ -34,21 +34,3 @@ def exit_now(code: int) -> None:
 
 def tp_process_name(rank: int) -> str:
     return f"tp-rank-{rank}"
-
-
-# Spawn targets. The parent pickles a target by reference, so it must import the target's module: these
-# import the scheduler's and the TP worker's modules (torch, the model) in the child only, which keeps
-# torch out of the API process. A target that returns has stopped cleanly; one that raises exits as before.
-
-def scheduler_main(*args) -> None:
-    from radixlm.runtime.serve.scheduler_process import run_scheduler
-
-    run_scheduler(*args)
-    exit_now(0)
-
-
-def tp_worker_main(*args) -> None:
-    from radixlm.runtime.serve.tp_worker import run_tp_worker
-
-    run_tp_worker(*args)
-    exit_now(0)

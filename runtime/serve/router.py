@@ -19,7 +19,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from radixlm.runtime.api.dashboard import PAGES, STATIC_FILES
+from radixlm.runtime.api.dashboard.routes import PAGES, STATIC_FILES
 from radixlm.runtime.config import RouterConfig
 from radixlm.runtime.serve.router_policy import RoutingPolicy
 

@@ -16,7 +16,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse
 
 from radixlm.radix_cache.snapshot import MAX_DEPTH, MAX_TOP
-from radixlm.runtime.api.serving import ApiError, Serving
+from radixlm.runtime.api.errors import ApiError
+from radixlm.runtime.api.serving import Serving
 from radixlm.runtime.messages import CacheViewResp
 
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
@@ -41,10 +42,10 @@ def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> in
 
 
 def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> None:
-    tm, previews = serving.tm, serving.cfg.dashboard_previews == "on"
+    client, previews = serving.client, serving.cfg.dashboard_previews == "on"
 
     def preview(ids) -> str | None:
-        return tm.tokenizer.decode(list(ids), skip_special_tokens=False) if previews and ids else None
+        return client.tokenizer.decode(list(ids), skip_special_tokens=False) if previews and ids else None
 
     async def view(request: Request, top: int = 0, depth: int = 1, namespace: str | None = None) -> CacheViewResp:
         """top 0: the requests only. With several tenants, each sees only its own namespaces: the rest are
@@ -52,7 +53,7 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
         tenant = request.state.tenant
         if namespace is not None and not serving.tenancy.owns(tenant, namespace):
             raise ApiError(400, f"namespace {namespace!r} holds nothing in the cache", param="namespace")
-        resp = await tm.cache_view(top, depth, namespace, PREVIEW_TOKENS if previews else 0)
+        resp = await client.cache_view(top, depth, namespace, PREVIEW_TOKENS if previews else 0)
         if resp.error:
             raise ApiError(400, resp.error, param="namespace" if "namespace" in resp.error else None)
         owns = functools.partial(serving.tenancy.owns, tenant)
@@ -74,9 +75,9 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
     @app.get("/cache/stats")
     async def cache_stats(request: Request):
         last = int_param(request, "last", 300, 1, 300)
-        s = tm.stats
+        s = client.stats
         now = None if s is None else {f: getattr(s, f) for f in s.__struct_fields__}
-        return {"now": now, "series": tm.series.recent(last), "server": dashboard_info(server_info)}
+        return {"now": now, "series": client.series.recent(last), "server": dashboard_info(server_info)}
 
     @app.get("/requests")
     async def requests_in_flight(request: Request):

@@ -10,11 +10,12 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from radixlm.constrained.spec import ConstraintSpec, spec_from_response_format, spec_from_sampling
-from radixlm.runtime.api.chat_prompt import ChatPrompt, chat_prompt
-from radixlm.runtime.api.message_stream import MessageStream
-from radixlm.runtime.api.protocol import ChatCompletionRequest
-from radixlm.runtime.api.serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
-from radixlm.runtime.api.tools import chat_constraint, tool_functions
+from radixlm.runtime.api.chat.message_stream import MessageStream
+from radixlm.runtime.api.chat.prompt import ChatPrompt, chat_prompt
+from radixlm.runtime.api.chat.tools import chat_constraint, tool_functions
+from radixlm.runtime.api.errors import ApiError
+from radixlm.runtime.api.openai_api.protocol import ChatCompletionRequest
+from radixlm.runtime.api.serving import Choice, Serving, finish_reason, now, sse, usage
 from radixlm.runtime.messages import GenerateReq, LogprobOptions
 
 EFFORT_BUDGET = {"minimal": 0, "low": 256, "medium": 1024, "high": None}
@@ -59,16 +60,14 @@ def plan_chat(serving: Serving, req: Any, messages: list[Any], tools: list | Non
         raise ApiError(400, f"at most {serving.cfg.max_messages} messages, got {len(messages)}", param="messages")
     functions = tool_functions(tools)
     parse_tools = bool(functions) and tool_choice != "none"
-    prompt = chat_prompt(serving.tm.tokenizer, serving.chat, messages, functions, parse_tools)
+    prompt = chat_prompt(serving.client.tokenizer, serving.chat, messages, functions, parse_tools)
     try:
-        extra = spec_from_sampling(sampling)
+        answer_spec = spec_from_sampling(sampling, response_spec)
     except ValueError as e:
         raise ApiError(400, str(e), param=str(e).split(":")[0]) from e
-    if extra is not None and response_spec is not None:
-        raise ApiError(400, "give one of response_format and regex / ebnf / json_schema", param="response_format")
     try:
         spec = chat_constraint(prompt.syntax, functions if parse_tools else {}, tool_choice,
-                               parallel is not False, response_spec or extra, budget)
+                               parallel is not False, answer_spec, budget)
     except ValueError as e:
         raise ApiError(400, str(e), param="tools" if parse_tools else "response_format") from e
     groups = serving.make_reqs([prompt.ids], sampling, logprob=logprob, priority=req.priority, rid=req.rid,
@@ -139,7 +138,7 @@ async def chat_stream(serving: Serving, plan: ChatPlan, events, model: str, incl
 
 
 def token_logprobs(serving: Serving, c: Choice) -> dict[str, Any]:
-    tok = serving.tm.tokenizer
+    tok = serving.client.tokenizer
     content = []
     for k, (lp, tid) in enumerate(c.logprobs):
         s = tok.decode([tid])

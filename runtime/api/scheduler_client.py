@@ -1,4 +1,5 @@
-"""In the API process: tokenization, per-request state, detokenizing the scheduler's updates, metrics."""
+"""In the API process: the scheduler's client (requests out, token updates in), per-request state, detokenizing
+the scheduler's updates, metrics."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
+from radixlm.runtime.api.dashboard.live_series import LiveSeries, RecentLatencies
 from radixlm.runtime.api.detokenizer import Detokenizer
-from radixlm.runtime.api.live_series import LiveSeries, RecentLatencies
 from radixlm.runtime.api.metrics import Metrics
 from radixlm.runtime.ipc import IpcPaths, pull, push
 from radixlm.runtime.messages import (
@@ -55,7 +56,11 @@ class ReqState:
     finished: bool = False
 
 
-class TokenizerManager:
+class SchedulerClient:
+    """The API process's side of the scheduler: sends typed requests and aborts over ZeroMQ, receives each
+    step's token updates, detokenizes them per request (detokenizer.py) and hands them to the request's
+    waiter; it also keeps the metrics and the dashboard's series, and notices a scheduler that stopped."""
+
     def __init__(self, tokenizer, paths: IpcPaths, metrics: Metrics) -> None:
         self.tokenizer = tokenizer
         self.ctx = zmq.asyncio.Context()

@@ -13,11 +13,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from radixlm.runtime.api.chat_completions import ChatPlan, plan_chat, reasoning_budget
-from radixlm.runtime.api.message_stream import MessageStream
-from radixlm.runtime.api.openai_routes import check_model
-from radixlm.runtime.api.protocol import ResponsesRequest
-from radixlm.runtime.api.responses_input import (
+from radixlm.runtime.api.chat.message_stream import MessageStream
+from radixlm.runtime.api.openai_api.chat_completions import ChatPlan, plan_chat, reasoning_budget
+from radixlm.runtime.api.openai_api.params import check_model
+from radixlm.runtime.api.openai_api.protocol import ResponsesRequest
+from radixlm.runtime.api.responses.input import (
     chat_messages,
     chat_tool_choice,
     chat_tools,
@@ -137,7 +137,7 @@ def finished(serving: Serving, plan: ChatPlan, head: dict, items: ResponseItems,
     closing = items.close("incomplete" if cut else "completed")
     u = usage(plan.groups, [c])
     reasoning = "".join(p["text"] for i in items.items if i["type"] == "reasoning" for p in i["content"])
-    reasoning_tokens = len(serving.tm.tokenizer(reasoning, add_special_tokens=False)["input_ids"]) if reasoning else 0
+    reasoning_tokens = len(serving.client.tokenizer(reasoning, add_special_tokens=False)["input_ids"]) if reasoning else 0
     return {**head, "status": "incomplete" if cut else "completed", "output": items.items,
             "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
             "usage": {"input_tokens": u["prompt_tokens"], "input_tokens_details": u["prompt_tokens_details"],

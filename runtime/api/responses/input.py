@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from radixlm.constrained.spec import ConstraintSpec, check_format_name, spec_from_response_format
-from radixlm.runtime.api.protocol import ChatMessage, ResponsesRequest
-from radixlm.runtime.api.serving import ApiError
+from radixlm.runtime.api.errors import ApiError
+from radixlm.runtime.api.openai_api.protocol import ChatMessage, ResponsesRequest
 
 
 def check_unsupported(req: ResponsesRequest) -> None:

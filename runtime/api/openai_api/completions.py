@@ -1,61 +1,22 @@
-"""/v1/chat/completions, /v1/completions and /v1/models in OpenAI's shapes, streaming included."""
+"""/v1/completions in OpenAI's shape: prompts as text or token ids, echo, best_of, legacy logprobs, streaming."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from radixlm.runtime.api.chat_completions import chat_completions
-from radixlm.runtime.api.protocol import ChatCompletionRequest, CompletionRequest, SamplingExtras
-from radixlm.runtime.api.serving import ApiError, Choice, Serving, finish_reason, now, sse, usage
+from radixlm.runtime.api.errors import ApiError
+from radixlm.runtime.api.openai_api.params import check_model, sampling_from
+from radixlm.runtime.api.openai_api.protocol import CompletionRequest
+from radixlm.runtime.api.serving import Choice, Serving, finish_reason, now, sse, usage
 from radixlm.runtime.messages import LogprobOptions
 
 
-def add_routes(app: FastAPI, serving: Serving) -> None:
-    @app.post("/v1/chat/completions")
-    async def chat(req: ChatCompletionRequest, request: Request):
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        return await chat_completions(serving, req, request, check_model(serving, req.model),
-                                      sampling_from(req, max_tokens))
-
-    @app.post("/v1/completions")
-    async def text_completions(req: CompletionRequest, request: Request):
-        return await completions(serving, req, request)
-
-    @app.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [{"id": serving.model_name, "object": "model", "created": now(),
-                                            "owned_by": "radixlm", "max_model_len": serving.max_context}]}
-
-
-def check_model(serving: Serving, name: str | None) -> str:
-    """Accept the served name, "default", or no name; anything else is OpenAI's 404."""
-    if name in (None, "", "default", serving.model_name):
-        return serving.model_name
-    raise ApiError(404, f"The model '{name}' does not exist (this server serves '{serving.model_name}')",
-                   param="model", code="model_not_found")
-
-
-def sampling_from(req: SamplingExtras, max_tokens: int | None) -> dict[str, Any]:
-    """The request's sampling dict (SamplingParams' names, constraint keys included); max_tokens None: until a
-    stop or the end of the context, as for every API."""
-    return {
-        "max_new_tokens": max_tokens, "temperature": req.temperature,
-        "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p, "repetition_penalty": req.repetition_penalty,
-        "frequency_penalty": req.frequency_penalty, "presence_penalty": req.presence_penalty,
-        "stop": [req.stop] if isinstance(req.stop, str) else (req.stop or []),
-        "stop_token_ids": req.stop_token_ids or [], "ignore_eos": req.ignore_eos, "min_new_tokens": req.min_tokens,
-        "skip_special_tokens": req.skip_special_tokens, "logit_bias": req.logit_bias or None, "n": req.n,
-        "seed": req.seed,
-        "regex": req.regex, "ebnf": req.ebnf, "json_schema": req.json_schema,
-    }
-
-
 def completion_prompts(serving: Serving, prompt) -> list[list[int]]:
-    tok = serving.tm.tokenizer
+    tok = serving.client.tokenizer
     if isinstance(prompt, str):
         return [tok(prompt)["input_ids"]]  # a prompt starts a sequence: the special tokens the tokenizer adds
     if prompt and all(isinstance(p, int) for p in prompt):
@@ -128,13 +89,13 @@ def echo_texts(serving: Serving, prompt, groups: list[list]) -> list[str]:
     """echo: each choice's prompt as the client sent it (token ids decoded), one per choice in order."""
     texts = [prompt] if isinstance(prompt, str) else [p if isinstance(p, str) else None for p in prompt] \
         if prompt and not all(isinstance(p, int) for p in prompt) else [None]
-    tok = serving.tm.tokenizer
+    tok = serving.client.tokenizer
     return [t if t is not None else tok.decode(g[0].input_ids) for t, g in zip(texts, groups, strict=True) for _ in g]
 
 
 def completion_logprobs(serving: Serving, c: Choice, echo: bool = False) -> dict[str, Any]:
     """OpenAI's legacy logprobs; with echo the prompt's tokens come first (the very first has no logprob)."""
-    tok = serving.tm.tokenizer
+    tok = serving.client.tokenizer
     pairs = (c.input_logprobs or []) + c.logprobs if echo else c.logprobs
     top_rows = ((c.input_top_logprobs or [None] * len(c.input_logprobs or [])) + c.top_logprobs) if echo \
         else c.top_logprobs

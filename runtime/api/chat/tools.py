@@ -8,10 +8,10 @@ import re
 from typing import Any
 
 from radixlm.constrained.spec import ConstraintSpec
-from radixlm.runtime.api.message_stream import Syntax
-from radixlm.runtime.api.reasoning import with_reasoning
-from radixlm.runtime.api.serving import ApiError
-from radixlm.runtime.api.tool_formats import structural_format
+from radixlm.runtime.api.chat.message_stream import Syntax
+from radixlm.runtime.api.chat.reasoning import with_reasoning
+from radixlm.runtime.api.chat.tool_formats import structural_format
+from radixlm.runtime.api.errors import ApiError
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 

@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.runtime.api.reasoning import ReasoningSyntax
-from radixlm.runtime.api.tool_formats import ToolFormat
+from radixlm.runtime.api.chat.reasoning import ReasoningSyntax
+from radixlm.runtime.api.chat.tool_formats import ToolFormat
 
 WS = " \t\n\r"
 
