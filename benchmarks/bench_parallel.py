@@ -14,8 +14,8 @@ import argparse
 import asyncio
 
 import httpx
-from bench_serving import main_async
 from harness import radixlm_command, start_server, stop_server
+from loadgen import main_async
 
 
 def start(*flags: str, command: str = "serve"):

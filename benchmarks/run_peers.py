@@ -4,7 +4,7 @@
                                          [--systems radixlm llamaserver llamaserver1 llamacpp vllm]
                                          [--workloads A B C D E] [--rounds 1] [--model FILE.gguf]
 
-Each system is started on 127.0.0.1, driven by bench_serving (chat endpoint, greedy), and stopped before
+Each system is started on 127.0.0.1, driven by loadgen.py (chat endpoint, greedy), and stopped before
 the next starts (2 cores: never two at once). Peers come from setup_llamacpp.sh / setup_vllm.sh; a system
 whose setup is missing is reported as not run. Workloads (the CPU performance issue's):
   A  32 distinct ~200-token prompts, 64 out, concurrency 8

@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import json
 
-from bench_serving import main_async
+from loadgen import main_async
 
 SCHEMA = {"type": "object", "properties": {"topic": {"type": "string"}, "words": {"type": "integer"},
                                            "summary": {"type": "string"}}, "required": ["topic", "words", "summary"]}
@@ -35,7 +35,7 @@ def extra_body(system: str, constrained: bool) -> dict:
 
 
 def run_workloads(url: str, system: str, workloads: list[str]) -> dict:
-    """Each workload against the server at ``url`` after a small warm-up of it -> {workload: bench_serving's
+    """Each workload against the server at ``url`` after a small warm-up of it -> {workload: loadgen's
     summary}; ``system``: which server it is (its extra body: llama-cpp-python takes no ignore_eos)."""
     out = {}
     for w in workloads:
