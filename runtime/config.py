@@ -165,14 +165,22 @@ class DecodingConfig:
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
-    """Speculative decoding: n-gram prompt lookup or self-speculation."""
+    """Speculative decoding: suffix decoding, n-gram prompt lookup or self-speculation, adaptive."""
 
-    speculative_algorithm: str | None = _opt(None, "speculative decoding: 'ngram' (prompt lookup) or 'draft' "
-                                             "(self-speculation: the model's first layers + LM head)",
-                                             choices=("ngram", "draft"))
-    speculative_num_draft_tokens: int = _opt(4, "speculative decoding: tokens proposed per step")
-    speculative_ngram_min: int = _opt(2, "ngram speculation: shortest n-gram matched")
-    speculative_ngram_max: int = _opt(4, "ngram speculation: longest n-gram matched")
+    speculative_algorithm: str | None = _opt(None, "speculative decoding: 'suffix' (drafts from what followed the "
+                                             "same tokens in the request and in its namespace's recent outputs), "
+                                             "'ngram' (prompt lookup) or 'draft' (self-speculation: the model's "
+                                             "first layers + LM head)", choices=("suffix", "ngram", "draft"))
+    speculative_num_draft_tokens: int = _opt(4, "speculative decoding: the most tokens proposed per step (each "
+                                             "request's draft length follows its acceptance up to this)")
+    speculative_ngram_min: int = _opt(2, "ngram and suffix speculation: shortest n-gram matched")
+    speculative_ngram_max: int = _opt(4, "ngram and suffix speculation: longest n-gram matched")
+    speculative_suffix_min_share: float = _opt(0.5, "suffix speculation: a drafted token's least share of the "
+                                               "counts after its context")
+    speculative_suffix_memory_tokens: int = _opt(65536, "suffix speculation: recent output tokens kept per "
+                                                 "namespace (0: the request's own tokens only)")
+    speculative_adaptive: bool = _opt(True, "measure tokens a second with and without speculation at each batch "
+                                      "size and speculate only where it pays")
     speculative_draft_model: str | None = _opt(None, "draft speculation: a separate draft model (not supported "
                                                "yet: leave unset for self-speculation)")
     speculative_draft_layers: int = _opt(8, "draft speculation: layers of the model the self-draft runs")
@@ -183,6 +191,9 @@ class SpeculativeConfig:
         _check_choices(self)
         if self.speculative_num_draft_tokens < 1 or self.speculative_draft_layers < 1:
             raise ValueError("speculative_num_draft_tokens and speculative_draft_layers must be >= 1")
+        if not 0 < self.speculative_suffix_min_share <= 1 or self.speculative_suffix_memory_tokens < 0:
+            raise ValueError("speculative_suffix_min_share must be in (0, 1] and speculative_suffix_memory_tokens "
+                             ">= 0")
         if not 1 <= self.speculative_ngram_min <= self.speculative_ngram_max:
             raise ValueError(f"speculative ngram sizes must satisfy 1 <= min <= max, got "
                              f"{self.speculative_ngram_min}, {self.speculative_ngram_max}")

@@ -97,7 +97,8 @@ def test_cache_on_alone_and_in_batches_of_16(setup):
 
 
 @pytest.mark.parametrize("config", [{"chunked_prefill_size": 64}, {"page_size": 16},
-                                    {"speculative_algorithm": "ngram"}], ids=["chunk64", "page16", "ngram"])
+                                    {"speculative_algorithm": "ngram", "speculative_adaptive": False}],
+                         ids=["chunk64", "page16", "ngram"])
 def test_chunks_pages_and_speculation(setup, config):
     quantization, prompts, _, want = setup
     e = make(quantization, **{"chunked_prefill_size": WHOLE, **config})

@@ -43,7 +43,8 @@ def engine(weights: int, page_size: int = 1, chunk: int = 1024, radix: bool = Tr
     """steps: decode_steps. Logits are captured where the executor samples; steps run back to back take their
     argmax or draw inside one call (tests/test_step_groups.py), so only their tokens are compared."""
     dtype, quantization = WEIGHTS[weights]
-    extra = {"speculative_algorithm": "ngram", "speculative_num_draft_tokens": 3} if spec else {}
+    extra = {"speculative_algorithm": "ngram", "speculative_num_draft_tokens": 3, "speculative_adaptive": False} \
+        if spec else {}
     e = Engine.from_model(random_model(HEAD64, dtype=dtype, seed=0), None, quantization=quantization,
                           max_total_tokens=4096, page_size=page_size, chunked_prefill_size=chunk,
                           disable_radix_cache=not radix, enable_mixed_chunk=mixed, max_prefill_tokens=max_prefill,

@@ -53,18 +53,19 @@ def run(engine: Engine, max_new: int = 48) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("alg, extra", [("ngram", {}), ("draft", {"speculative_draft_layers": 12}),
+@pytest.mark.parametrize("alg, extra", [("ngram", {}), ("draft", {"speculative_draft_layers": 12}), ("suffix", {}),
                                         ("ngram", {"max_total_tokens": 320, "schedule_conservativeness": 0.1})])
 def test_greedy_speculation_gives_the_plain_tokens(plain, smol_model_fp32, smol_tokenizer, alg, extra):
     expected = run(plain)
-    cfg = {"check_invariants": True, "max_total_tokens": 8192, "speculative_algorithm": alg, **extra}
+    cfg = {"check_invariants": True, "max_total_tokens": 8192, "speculative_algorithm": alg,
+           "speculative_adaptive": False, **extra}  # every step verifies: nothing left uncompared
     engine = Engine.from_model(smol_model_fp32, smol_tokenizer, **cfg)
     got = run(engine)
     for e, g in zip(expected, got, strict=True):
         assert g["output_ids"] == e["output_ids"]
     st = engine.scheduler.speculation.stats
     assert st["spec_verify_steps"] > 0 and st["spec_draft_tokens"] > 0
-    if alg == "ngram":  # copying and code repeat the prompt: most drafts are right
+    if alg in ("ngram", "suffix"):  # copying and code repeat the prompt: most drafts are right
         assert st["spec_accepted_tokens"] / st["spec_draft_tokens"] > 0.5
         assert got[0]["meta_info"]["spec_accept_length"] > 2
     if "max_total_tokens" in extra and extra["max_total_tokens"] < 1000:
@@ -106,7 +107,8 @@ def test_sampling_distribution_is_unchanged(sp):
     plain = Engine.from_model(model, max_running_requests=256, max_total_tokens=8192)
     spec = Engine.from_model(model, max_running_requests=256, max_total_tokens=8192, check_invariants=True,
                              speculative_algorithm="ngram", speculative_ngram_min=1, speculative_ngram_max=2,
-                             speculative_num_draft_tokens=3, speculative_min_accept_rate=0.0)
+                             speculative_num_draft_tokens=3, speculative_min_accept_rate=0.0,
+                             speculative_adaptive=False)
     a, b = token_counts(plain, sp, 3000, range(1, 4)), token_counts(spec, sp, 3000, range(1, 4))
     st = spec.scheduler.speculation.stats
     assert st["spec_draft_tokens"] > 3000 and 0 < st["spec_accepted_tokens"] < st["spec_draft_tokens"]

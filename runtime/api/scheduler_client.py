@@ -246,5 +246,7 @@ class SchedulerClient:
         m.cache_hit_rate.set(s.cache_hit_rate)
         m.spec_accept_rate.set(s.spec_accept_rate)
         m.spec_accept_length.set(s.spec_accept_length)
+        m.spec_speedup.set(s.spec_speedup)
+        m.spec_off_steps.set(s.spec_off_steps)
         if s.leak:
             log.error("scheduler reports: %s", s.leak)

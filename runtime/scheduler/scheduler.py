@@ -210,6 +210,8 @@ class Scheduler:
             self.chunked = None
         req.status = ReqStatus.FINISHED
         self.cache.release(req, insert=insert)
+        if self.speculation is not None and req.finished is not None and req.finished.type != "abort":
+            self.speculation.finished(req)
 
     def watch(self, seconds: float, mode: str, reqs: list[Req], steps: int = 1) -> None:
         """A step over the watchdog limit is reported and its requests fail (at the next step boundary) instead

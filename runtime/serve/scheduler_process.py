@@ -193,12 +193,14 @@ class SchedulerProcess:
 
 
 def spec_rates(sched) -> dict[str, float]:
-    """Speculative decoding since start: accepted / drafted, and tokens produced per verify pass."""
+    """Speculative decoding since start: accepted / drafted, tokens produced per verify pass, steps left plain
+    because it did not pay; and lately, its speed over plain decoding's."""
     if sched.speculation is None or not sched.speculation.stats["spec_verify_steps"]:
         return {}
-    st = sched.speculation.stats
+    st, pays = sched.speculation.stats, sched.speculation.pays
     return {"spec_accept_rate": st["spec_accepted_tokens"] / max(st["spec_draft_tokens"], 1),
-            "spec_accept_length": 1 + st["spec_accepted_tokens"] / st["spec_verify_steps"]}
+            "spec_accept_length": 1 + st["spec_accepted_tokens"] / st["spec_verify_steps"],
+            "spec_speedup": (pays.speedup() or 0.0) if pays is not None else 0.0, "spec_off_steps": st["spec_off_steps"]}
 
 
 def kernel_path(core: EngineCore) -> str:

@@ -37,6 +37,8 @@ class Sample:
     tpot_p90: float | None
     evicted: int  # tokens evicted in this interval
     retractions: int  # ... and requests retracted
+    spec_accept_rate: float | None = None  # speculative decoding: accepted / drafted since start (None: off)
+    spec_speedup: float | None = None  # ... its tokens/s over plain decoding's, lately
 
 
 class RecentLatencies:
@@ -96,7 +98,9 @@ class LiveSeries:
                         queued=s.queued, prefill_tps=round(max(prompt - cached, 0) / dt, 1),
                         decode_tps=round(max(gen - gen0, 0) / dt, 1), ttft_p50=ttft[0], ttft_p90=ttft[1],
                         tpot_p50=tpot[0], tpot_p90=tpot[1], evicted=max(s.evicted_tokens - s0.evicted_tokens, 0),
-                        retractions=max(s.retractions - s0.retractions, 0))
+                        retractions=max(s.retractions - s0.retractions, 0),
+                        spec_accept_rate=round(s.spec_accept_rate, 3) if s.spec_accept_length else None,
+                        spec_speedup=round(s.spec_speedup, 3) if s.spec_speedup else None)
         self.samples.append(sample)
         return sample
 

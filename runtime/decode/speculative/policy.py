@@ -1,6 +1,11 @@
-"""Speculation's policy, the scheduler's side of it: how long a draft each request gets, the n-gram drafts, and
-each request's acceptance, which turns drafting off for a while where it does not pay. The executor proposes
-the self-draft and verifies (execute/verify.py).
+"""Speculation's policy, the scheduler's side of it: how long a draft each request gets, the model-free drafts
+(suffix decoding, n-gram lookup), each request's acceptance, and whether speculating pays at all. The executor
+proposes the self-draft and verifies (execute/verify.py).
+
+Adaptive, at two levels: a request's next draft is as long as its last one kept plus one (doubling while every
+token is kept, up to the most allowed), and a request whose recent acceptance is poor stops drafting for a while;
+and for the whole batch, speculation runs only where its measured tokens a second beat plain decoding's at that
+batch size (PayCheck), so it turns itself off where it does not pay.
 
 KV invariant after a verify step (postprocess keeps it): a request's computed KV covers exactly its accepted
 tokens (kv_len), slots past kv_len are freed (whole pages) or reused next step (a partial page), and nothing
@@ -11,27 +16,72 @@ from __future__ import annotations
 
 from radixlm.runtime.config import SpeculativeConfig
 from radixlm.runtime.decode.speculative.proposers import NgramProposer, cut_by_grammar, spec_state
+from radixlm.runtime.decode.speculative.suffix import SuffixProposer
 from radixlm.runtime.request import Req
 
 ACCEPT_WINDOW = 4  # verify steps over which a request's acceptance is judged
 COOLDOWN_STEPS = 16  # steps a request goes without drafting after a poor window
 
 
+class PayCheck:
+    """Tokens a second of recent verify steps and of recent plain decode steps, per batch size (exponential
+    averages), and the choice between them: measure speculation first, then plain decoding, then run the faster,
+    giving the other one step every ``probe_every`` to keep its measure fresh."""
+
+    def __init__(self, probe_every: int = 32) -> None:
+        self.rate: dict[tuple[str, int], float] = {}
+        self.probe_every, self.steps, self.batch = probe_every, 0, 0
+
+    def observe(self, mode: str, batch: int, tokens: int, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        key, now = (mode, batch), tokens / seconds
+        old = self.rate.get(key)
+        self.rate[key] = now if old is None else 0.7 * old + 0.3 * now
+
+    def speedup(self) -> float | None:
+        """Speculation's tokens a second over plain decoding's at the batch size last decided (None: not both
+        measured there)."""
+        spec, plain = self.rate.get(("verify", self.batch)), self.rate.get(("decode", self.batch))
+        return spec / plain if spec and plain else None
+
+    def speculate(self, batch: int) -> bool:
+        self.steps, self.batch = self.steps + 1, batch
+        spec, plain = self.rate.get(("verify", batch)), self.rate.get(("decode", batch))
+        if spec is None or plain is None:
+            return spec is None
+        faster = spec >= plain
+        return faster != (self.steps % self.probe_every == 0)  # now and then, the other one
+
+
 class SpecPolicy:
     def __init__(self, cfg: SpeculativeConfig, max_context: int) -> None:
         self.cfg, self.max_context = cfg, max_context
         self.k = cfg.speculative_num_draft_tokens
-        self.ngram = NgramProposer(cfg.speculative_ngram_min, cfg.speculative_ngram_max) \
-            if cfg.speculative_algorithm == "ngram" else None
-        self.stats = {"spec_verify_steps": 0, "spec_draft_tokens": 0, "spec_accepted_tokens": 0}
+        alg = cfg.speculative_algorithm
+        self.ngram = NgramProposer(cfg.speculative_ngram_min, cfg.speculative_ngram_max) if alg == "ngram" else None
+        self.suffix = SuffixProposer(cfg.speculative_ngram_min, cfg.speculative_ngram_max,
+                                     cfg.speculative_suffix_min_share, cfg.speculative_suffix_memory_tokens) \
+            if alg == "suffix" else None
+        self.pays = PayCheck() if cfg.speculative_adaptive else None
+        self.stats = {"spec_verify_steps": 0, "spec_draft_tokens": 0, "spec_accepted_tokens": 0,
+                      "spec_off_steps": 0}
 
-    def plan(self, reqs: list[Req]) -> list[list[int]] | list[int]:
-        """Drafts before allocation: n-gram drafts now (their exact tokens); the self-draft needs its slots first,
-        so it gets lengths and the executor proposes."""
+    def plan(self, reqs: list[Req]) -> list[list[int]] | list[int] | None:
+        """Drafts before allocation, or None where speculating does not pay at this batch size: n-gram and suffix
+        drafts now (their exact tokens); the self-draft needs its slots first, so it gets lengths and the executor
+        proposes."""
+        if self.pays is not None and not self.pays.speculate(len(reqs)):
+            self.stats["spec_off_steps"] += 1
+            return None
         budgets = [self._budget(r) for r in reqs]
-        if self.ngram is None:
+        if self.ngram is not None:
+            drafts = self.ngram.propose(reqs, budgets)
+        elif self.suffix is not None:
+            drafts = self.suffix.propose(reqs, budgets, [spec_state(r) for r in reqs])
+        else:
             return budgets
-        return [cut_by_grammar(r, d) for r, d in zip(reqs, self.ngram.propose(reqs, budgets), strict=True)]
+        return [cut_by_grammar(r, d) for r, d in zip(reqs, drafts, strict=True)]
 
     @staticmethod
     def sizes(plan: list[list[int]] | list[int]) -> list[int]:
@@ -43,7 +93,7 @@ class SpecPolicy:
             st.cooldown -= 1
             return 0
         room = min(req.params.max_new_tokens - len(req.output_ids), self.max_context - len(req.fill_ids)) - 1
-        return max(0, min(self.k, room))
+        return max(0, min(self.k if st.next_len is None else st.next_len, room))
 
     def record(self, req: Req, draft: list[int], tokens: list[int]) -> None:
         """After a verify step: the request's draft and the tokens it kept (each accepted draft token, then the
@@ -51,8 +101,18 @@ class SpecPolicy:
         if not draft:
             return
         accepted = sum(j < len(draft) and draft[j] == t for j, t in enumerate(tokens))
-        spec_state(req).record(len(draft), accepted, ACCEPT_WINDOW, self.cfg.speculative_min_accept_rate,
-                               COOLDOWN_STEPS)
+        st = spec_state(req)
+        st.next_len = min(self.k, 2 * len(draft) if accepted == len(draft) else accepted + 1)
+        st.record(len(draft), accepted, ACCEPT_WINDOW, self.cfg.speculative_min_accept_rate, COOLDOWN_STEPS)
         self.stats["spec_verify_steps"] += 1
         self.stats["spec_draft_tokens"] += len(draft)
         self.stats["spec_accepted_tokens"] += accepted
+
+    def observe(self, mode: str, batch: int, tokens: int, seconds: float) -> None:
+        """A decode or verify step's tokens and time, for the pay check."""
+        if self.pays is not None:
+            self.pays.observe(mode, batch, tokens, seconds)
+
+    def finished(self, req: Req) -> None:
+        if self.suffix is not None and req.output_ids:
+            self.suffix.finished(req)

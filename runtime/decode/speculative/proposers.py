@@ -9,6 +9,7 @@ the tokens speculation-off decoding gives.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from radixlm.runtime.request import Req
 
@@ -25,6 +26,9 @@ class SpecState:
     recent: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) of the last steps
     cooldown: int = 0  # steps left without drafting (acceptance was low)
     strikes: int = 0  # poor windows in a row: each doubles the next cooldown (up to 16x)
+    next_len: int | None = None  # the next draft's length (adaptive); None: the most allowed
+    suffix: Any = None  # the request's own SuffixTable (suffix decoding), once it drafted
+    suffix_indexed: int = 0  # tokens of prompt + output already in ``suffix``
 
     def record(self, drafted: int, accepted: int, window: int, min_rate: float, pause: int) -> None:
         self.drafted += drafted

@@ -16,6 +16,8 @@ const CHARTS = [
   {id: "tpot", title: "TPOT, s (last 30 s)", lines: [["tpot_p50", "p50", "--blue"], ["tpot_p90", "p90", "--orange"]]},
   {id: "evictions", title: "evicted tokens and retractions", lines: [["evicted", "evicted tokens", "--red"],
                                                                     ["retractions", "retractions", "--orange"]]},
+  {id: "speculation", title: "speculation: accepted / drafted, and its tok/s over plain decoding's",
+   lines: [["spec_accept_rate", "acceptance", "--green"], ["spec_speedup", "speedup", "--blue"]], min: 0},
 ];
 
 function color(v) { return getComputedStyle(document.documentElement).getPropertyValue(v).trim(); }
