@@ -57,18 +57,27 @@ def engine(weights: int, page_size: int = 1, chunk: int = 1024, radix: bool = Tr
 def captured_logits():
     """{(rid, position): logits [V]} of every row the executor samples (a step's or a speculative verify's)."""
     seen: dict[tuple, torch.Tensor] = {}
-    real = executor_mod.sample
+    real, real_greedy = executor_mod.sample, verify_mod._verify_greedy
 
     def observe(logits, reqs, cpu_isa=None):
         for row, req in enumerate(reqs):
             seen[(req.rid, len(req.output_ids))] = logits[row].clone()
         return real(logits, reqs, cpu_isa)
 
+    def observe_greedy(rows, reqs, drafts):  # a greedy verify picks every position in one call
+        out = real_greedy(rows, reqs, drafts)
+        for req, r, got in zip(reqs, rows, out, strict=True):
+            for j in range(len(got.tokens)):
+                seen[(req.rid, len(req.output_ids) + j)] = r[j].clone()
+        return out
+
     executor_mod.sample = verify_mod.sample = observe
+    verify_mod._verify_greedy = observe_greedy
     try:
         yield seen
     finally:
         executor_mod.sample = verify_mod.sample = real
+        verify_mod._verify_greedy = real_greedy
 
 
 @functools.cache

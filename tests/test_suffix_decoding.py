@@ -74,7 +74,7 @@ def test_the_pay_check_runs_the_faster_and_probes_the_other():
     choices = [pay.speculate(1) for _ in range(8)]
     assert choices.count(True) == 2  # slower: only every 4th step probes it
     pay.observe("verify", 1, 300, 1.0)
-    assert pay.speculate(2)  # each batch size is measured on its own
+    assert pay.speculate(2)  # each batch size class (1, 2, 3-4, 5-8, ...) is measured on its own
     assert sum(pay.speculate(1) for _ in range(8)) == 6  # now faster: plain only as the probe
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.runtime.execute.sampler import sample
+from radixlm.runtime.execute.sampler import argmax_rows, row_penalties, sample
 from radixlm.runtime.request import Req
 from radixlm.runtime.step_plan import Sampled
 
@@ -39,6 +39,9 @@ def verify(logits: list[torch.Tensor], reqs: list[Req], drafts: list[list[int]],
            cpu_isa: int | None = None) -> list[Sampled]:
     """logits[i]: [len(drafts[i]) + 1, V] float32 for reqs[i] (modified) -> each request's chosen tokens: its
     accepted draft tokens and the one after them."""
+    if all(r.params.greedy and r.grammar is None and not r.logprob.return_logprob for r in reqs) \
+            and row_penalties(reqs) is None:
+        return _verify_greedy(logits, reqs, drafts)
     out = [Sampled.empty(r) for r in reqs]
     accepted = [0] * len(reqs)  # tokens each grammar matcher accepted here, rolled back at the end
     active = list(range(len(reqs)))
@@ -69,3 +72,20 @@ def _advance(req: Req, token: int, accepted: list[int], i: int) -> bool:
         return False
     accepted[i] += 1
     return not req.grammar.is_terminated()
+
+
+def _verify_greedy(logits: list[torch.Tensor], reqs: list[Req], drafts: list[list[int]]) -> list[Sampled]:
+    """Every row greedy, with nothing that shapes its logits (no bias, penalty, blocked stop or grammar, which
+    row_penalties being None for the first position rules out for the later ones too), no logprobs: each
+    position's token is the argmax of its raw logits, so all positions are chosen in one call (``reqs``: whose
+    rows they are, for a test that watches them)."""
+    best = argmax_rows(torch.cat(logits)).tolist()
+    out, start = [], 0
+    for rows, draft in zip(logits, drafts, strict=True):
+        tokens = best[start:start + len(rows)]
+        start += len(rows)
+        n = 0
+        while n < len(draft) and tokens[n] == draft[n]:
+            n += 1
+        out.append(Sampled(tokens[:n + 1]))
+    return out

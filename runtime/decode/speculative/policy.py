@@ -23,21 +23,26 @@ ACCEPT_WINDOW = 4  # verify steps over which a request's acceptance is judged
 COOLDOWN_STEPS = 16  # steps a request goes without drafting after a poor window
 
 
+def size_class(batch: int) -> int:
+    """Batch sizes measured together: 1, 2, 3-4, 5-8, 9-16, ... (a power of two's bits)."""
+    return (batch - 1).bit_length()
+
+
 class PayCheck:
-    """Tokens a second of recent verify steps and of recent plain decode steps, per batch size (exponential
+    """Tokens a second of recent verify steps and of recent plain decode steps, per batch size class (exponential
     averages), and the choice between them: measure speculation first, then plain decoding, then run the faster,
     giving the other one step every ``probe_every`` to keep its measure fresh."""
 
-    def __init__(self, probe_every: int = 32) -> None:
+    def __init__(self, probe_every: int = 16) -> None:
         self.rate: dict[tuple[str, int], float] = {}
         self.probe_every, self.steps, self.batch = probe_every, 0, 0
 
     def observe(self, mode: str, batch: int, tokens: int, seconds: float) -> None:
         if seconds <= 0:
             return
-        key, now = (mode, batch), tokens / seconds
+        key, now = (mode, size_class(batch)), tokens / seconds
         old = self.rate.get(key)
-        self.rate[key] = now if old is None else 0.7 * old + 0.3 * now
+        self.rate[key] = now if old is None else 0.5 * old + 0.5 * now
 
     def speedup(self) -> float | None:
         """Speculation's tokens a second over plain decoding's at the batch size last decided (None: not both
@@ -46,8 +51,8 @@ class PayCheck:
         return spec / plain if spec and plain else None
 
     def speculate(self, batch: int) -> bool:
-        self.steps, self.batch = self.steps + 1, batch
-        spec, plain = self.rate.get(("verify", batch)), self.rate.get(("decode", batch))
+        self.steps, self.batch = self.steps + 1, size_class(batch)
+        spec, plain = self.rate.get(("verify", self.batch)), self.rate.get(("decode", self.batch))
         if spec is None or plain is None:
             return spec is None
         faster = spec >= plain
