@@ -21,6 +21,7 @@ from radixlm.runtime.request import Req
 
 ACCEPT_WINDOW = 4  # verify steps over which a request's acceptance is judged
 COOLDOWN_STEPS = 16  # steps a request goes without drafting after a poor window
+MARGIN = 1.1  # speculation must measure this much faster than plain decoding to run (the measures are noisy)
 
 
 def size_class(batch: int) -> int:
@@ -30,8 +31,9 @@ def size_class(batch: int) -> int:
 
 class PayCheck:
     """Tokens a second of recent verify steps and of recent plain decode steps, per batch size class (exponential
-    averages), and the choice between them: measure speculation first, then plain decoding, then run the faster,
-    giving the other one step every ``probe_every`` to keep its measure fresh."""
+    averages), and the choice between them: measure speculation first, then plain decoding, then run speculation
+    only where it is faster by MARGIN, giving the other one step every ``probe_every`` (4x that where one is 1.5x
+    the other) to keep its measure fresh."""
 
     def __init__(self, probe_every: int = 16) -> None:
         self.rate: dict[tuple[str, int], float] = {}
@@ -55,8 +57,9 @@ class PayCheck:
         spec, plain = self.rate.get(("verify", self.batch)), self.rate.get(("decode", self.batch))
         if spec is None or plain is None:
             return spec is None
-        faster = spec >= plain
-        return faster != (self.steps % self.probe_every == 0)  # now and then, the other one
+        faster = spec >= MARGIN * plain
+        far = max(spec, plain) > 1.5 * min(spec, plain)  # a clear loser is probed 4x less often
+        return faster != (self.steps % (self.probe_every * (4 if far else 1)) == 0)  # now and then, the other
 
 
 class SpecPolicy:
