@@ -128,12 +128,14 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=["none", "ngram", "suffix"],
                     choices=["none", "ngram", "suffix", "draft"])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: its own)")
     ap.add_argument("--workloads", nargs="+", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     base = Engine(args.model, progress=False) if args.model else Engine(progress=False)
-    engines = {m: base if m == "none" else Engine.from_model(base.model, base.tokenizer, speculative_algorithm=m)
-               for m in args.methods}
+    extra = {} if args.draft_tokens is None else {"speculative_num_draft_tokens": args.draft_tokens}
+    engines = {m: base if m == "none" else Engine.from_model(base.model, base.tokenizer, speculative_algorithm=m,
+                                                               **extra) for m in args.methods}
     chosen = {k: v for k, v in workloads().items() if args.workloads is None or k in args.workloads}
     run_batch1(base, list(chosen.values())[0][:1], 8)  # warm-up
     rows = []

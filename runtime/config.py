@@ -171,8 +171,9 @@ class SpeculativeConfig:
                                              "same tokens in the request and in its namespace's recent outputs), "
                                              "'ngram' (prompt lookup) or 'draft' (self-speculation: the model's "
                                              "first layers + LM head)", choices=("suffix", "ngram", "draft"))
-    speculative_num_draft_tokens: int = _opt(4, "speculative decoding: the most tokens proposed per step (each "
-                                             "request's draft length follows its acceptance up to this)")
+    speculative_num_draft_tokens: int = _opt(3, "speculative decoding: the most tokens proposed per step (each "
+                                             "request's draft length follows its acceptance up to this; 3 keeps a "
+                                             "request's verify at 4 positions, the CPU matmuls' decode tile)")
     speculative_ngram_min: int = _opt(2, "ngram and suffix speculation: shortest n-gram matched")
     speculative_ngram_max: int = _opt(4, "ngram and suffix speculation: longest n-gram matched")
     speculative_suffix_min_share: float = _opt(0.5, "suffix speculation: a drafted token's least share of the "

@@ -62,15 +62,15 @@ class Postprocessor:
         s.new_token_ratio = max(s.init_ratio * 0.14, s.new_token_ratio - plan.steps * s.init_ratio / 600)
         s.watch(result.seconds, plan.mode, plan.reqs, plan.steps)
         starts = self._append(plan.reqs, result.sampled, fed=True)
-        if s.speculation is not None:
-            made = sum(len(r.output_ids) - start for r, start in zip(plan.reqs, starts, strict=True))
-            s.speculation.observe(plan.mode, len(plan.reqs), made, result.seconds)
         if plan.mode == "verify":
             for req, draft, start in zip(plan.reqs, result.drafts, starts, strict=True):
                 s.speculation.record(req, draft, req.output_ids[start:])
         if plan.mode == "verify" or plan.steps > 1:  # slots past the kept tokens go back
             for req in plan.reqs:
                 self.cache.truncate(req, req.kv_len)
+        if s.speculation is not None:  # the whole step's time: drafting and Python work count, not the forward alone
+            made = sum(len(r.output_ids) - start for r, start in zip(plan.reqs, starts, strict=True))
+            s.speculation.observe(plan.mode, len(plan.reqs), made, time.monotonic() - s.step_started)
         return self._finish(plan.reqs, starts)
 
     def _append(self, reqs: list[Req], sampled: list[Sampled], fed: bool) -> list[int]:

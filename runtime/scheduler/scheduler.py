@@ -10,6 +10,7 @@ speculative verify). The scheduler never calls the model.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -46,6 +47,7 @@ class Scheduler:
         self.chunked: Req | None = None
         self.pending_aborts: set[str] = set()
         self.failures: dict[str, str] = {}  # rid -> why it must fail (the watchdog)
+        self.step_started = time.monotonic()  # when the current step's schedule() began
         self.init_ratio = min(1.0, 0.7 * config.scheduler.schedule_conservativeness)
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "mixed_decode_steps": 0,
@@ -96,6 +98,7 @@ class Scheduler:
     # ------------------------------------------------------------ the step
     def schedule(self) -> StepPlan:
         """Apply aborts and finished compiles, then plan a prefill if one can be admitted, else decode."""
+        self.step_started = time.monotonic()
         ended = self._apply_aborts()
         if self.grammar_queue:
             idle = not (self.waiting or self.running or self.chunked)
