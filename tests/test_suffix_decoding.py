@@ -76,7 +76,7 @@ def test_the_pay_check_runs_the_faster_and_probes_the_other():
     pay.observe("verify", 1, 62, 1.0)  # (50 + 62) / 2 = 56: faster, but not by the margin (1.1x)
     assert sum(pay.speculate(1) for _ in range(8)) == 2
     pay.observe("verify", 1, 300, 1.0)
-    assert pay.speculate(2)  # each batch size class (1, 2, 3-4, 5-8, ...) is measured on its own
+    assert pay.speculate(2)  # an unmeasured size class follows the nearest measured one (here: faster)
     runs = [pay.speculate(1) for _ in range(32)]  # 178 against 60: far faster, plain probed every 16th step
     assert runs.count(False) == 2
 

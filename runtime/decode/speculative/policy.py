@@ -33,7 +33,7 @@ class PayCheck:
     """Tokens a second of recent verify steps and of recent plain decode steps, per batch size class (exponential
     averages), and the choice between them: measure speculation first, then plain decoding, then run speculation
     only where it is faster by MARGIN, giving the other one step every ``probe_every`` (4x that where one is 1.5x
-    the other) to keep its measure fresh."""
+    the other) to keep its measure fresh. A class not yet measured both ways follows the nearest one that is."""
 
     def __init__(self, probe_every: int = 16) -> None:
         self.rate: dict[tuple[str, int], float] = {}
@@ -54,12 +54,21 @@ class PayCheck:
 
     def speculate(self, batch: int) -> bool:
         self.steps, self.batch = self.steps + 1, size_class(batch)
+        faster = self._faster(self.batch)
+        if faster is None:  # nothing to go by: measure speculation first, then plain decoding
+            return self.rate.get(("verify", self.batch)) is None
         spec, plain = self.rate.get(("verify", self.batch)), self.rate.get(("decode", self.batch))
-        if spec is None or plain is None:
-            return spec is None
-        faster = spec >= MARGIN * plain
-        far = max(spec, plain) > 1.5 * min(spec, plain)  # a clear loser is probed 4x less often
+        far = spec is not None and plain is not None and max(spec, plain) > 1.5 * min(spec, plain)
         return faster != (self.steps % (self.probe_every * (4 if far else 1)) == 0)  # now and then, the other
+
+    def _faster(self, cls: int) -> bool | None:
+        """Whether speculation beats plain decoding by MARGIN at this size class, or where it is not measured
+        both ways, at the nearest class that is (None: at none)."""
+        both = [c for c in {c for _, c in self.rate} if ("verify", c) in self.rate and ("decode", c) in self.rate]
+        if not both:
+            return None
+        near = min(both, key=lambda c: (abs(c - cls), c))
+        return self.rate[("verify", near)] >= MARGIN * self.rate[("decode", near)]
 
 
 class SpecPolicy:
