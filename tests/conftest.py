@@ -102,6 +102,13 @@ def transformers_reference(path: str):
     return AutoTokenizer.from_pretrained(folder, gguf_file=name), transformers_model(path)
 
 
+def transformers_greedy(model, ids: list[int], n: int) -> list[int]:
+    """The ``n`` tokens transformers' ``model`` continues ``ids`` with, greedily."""
+    import torch
+
+    return model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)[0, len(ids):].tolist()
+
+
 def catalog_file(name: str) -> str:
     """The installed file of catalog model ``name``; the test is skipped, saying how to install it, where it is
     not installed."""

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .conftest import TINY, catalog_file, transformers_reference
+from .conftest import TINY, catalog_file, transformers_greedy, transformers_reference
 
 NAME = "gemma-3-270m"
 TEXT = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "data", "fidelity_text.txt")
@@ -70,10 +70,6 @@ def reference(gemma_path):
     return transformers_reference(gemma_path)
 
 
-def greedy(model, ids: list[int], n: int) -> list[int]:
-    return model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)[0, len(ids):].tolist()
-
-
 @pytest.mark.slow
 def test_float_weights_give_transformers_greedy_tokens_past_the_window(gemma_path, reference):
     from radixlm.runtime.engine import Engine
@@ -89,11 +85,11 @@ def test_float_weights_give_transformers_greedy_tokens_past_the_window(gemma_pat
     for prompt, cached in ((short, 0), (ids[:700], 1), (ids[:650] + ids[2000:2060], 650)):  # 1: the shared <bos>
         out = engine.generate(input_ids=prompt, sampling_params={"temperature": 0, "max_new_tokens": 12,
                                                                  "ignore_eos": True})
-        assert out["output_ids"] == greedy(model, prompt, 12)
+        assert out["output_ids"] == transformers_greedy(model, prompt, 12)
         assert out["meta_info"]["cached_tokens"] == cached
     text = engine.generate(prompt="The capital of France is", sampling_params={"temperature": 0,
                                                                                "max_new_tokens": 8})
-    assert text["output_ids"] == greedy(model, short, 8)[:len(text["output_ids"])]  # the prompt got its <bos>
+    assert text["output_ids"] == transformers_greedy(model, short, 8)[:len(text["output_ids"])]  # the prompt got its <bos>
     engine.shutdown()
 
 
@@ -127,7 +123,7 @@ def test_served_with_its_chat_template(server_process, gemma_path, reference):
     ids = [2, 105, 2364, 107, *tok("What is the capital of France?", add_special_tokens=False)["input_ids"],
            106, 107, 105, 4368, 107]  # <bos><start_of_turn>user\n ... <end_of_turn>\n<start_of_turn>model\n
     assert r["usage"]["prompt_tokens"] == len(ids)
-    want = greedy(model, ids, 24)
+    want = transformers_greedy(model, ids, 24)
     end = want.index(106) if 106 in want else len(want)  # <end_of_turn> stops the turn
     assert r["choices"][0]["message"]["content"] == tok.decode(want[:end])
     assert r["choices"][0]["finish_reason"] == ("stop" if end < 24 else "length")

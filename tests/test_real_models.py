@@ -14,7 +14,7 @@ import openai
 import pytest
 import torch
 
-from .conftest import catalog_file, transformers_reference
+from .conftest import catalog_file, transformers_greedy, transformers_reference
 
 pytestmark = pytest.mark.slow
 NAME = "qwen2.5-coder-0.5b"
@@ -49,7 +49,7 @@ def test_float_weights_give_transformers_greedy_tokens(qwen_path, reference):
     prompts = ["def fibonacci(n):", "The three primary colors are", "SELECT name FROM users WHERE"]
     for p in prompts:
         ids = tok(p, add_special_tokens=False)["input_ids"]
-        want = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+        want = transformers_greedy(model, ids, 24)
         got = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 24,
                                                               "ignore_eos": True})["output_ids"]
         assert got == want, p

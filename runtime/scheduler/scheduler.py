@@ -204,9 +204,8 @@ class Scheduler:
 
     def release(self, req: Req, insert: bool) -> None:
         """A finished request leaves its queue and gives its KV back (``insert``: its tokens into the tree)."""
-        queue = {ReqStatus.COMPILING: self.grammar_queue, ReqStatus.RUNNING: self.running}.get(req.status)
-        if req.status in (ReqStatus.WAITING, ReqStatus.RETRACTED):
-            queue = self.waiting
+        queue = {ReqStatus.COMPILING: self.grammar_queue, ReqStatus.WAITING: self.waiting,
+                 ReqStatus.RETRACTED: self.waiting, ReqStatus.RUNNING: self.running}.get(req.status)
         if queue is not None and req in queue:
             queue.remove(req)
         if self.chunked is req:

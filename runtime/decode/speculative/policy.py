@@ -46,29 +46,32 @@ class PayCheck:
         old = self.rate.get(key)
         self.rate[key] = now if old is None else 0.5 * old + 0.5 * now
 
+    def rates(self, cls: int) -> tuple[float | None, float | None]:
+        """(speculation's, plain decoding's) tokens a second at size class ``cls``; None where not measured."""
+        return self.rate.get(("verify", cls)), self.rate.get(("decode", cls))
+
     def speedup(self) -> float | None:
         """Speculation's tokens a second over plain decoding's at the batch size last decided (None: not both
         measured there)."""
-        spec, plain = self.rate.get(("verify", self.batch)), self.rate.get(("decode", self.batch))
+        spec, plain = self.rates(self.batch)
         return spec / plain if spec and plain else None
 
     def speculate(self, batch: int) -> bool:
         self.steps, self.batch = self.steps + 1, size_class(batch)
-        faster = self._faster(self.batch)
+        faster, (spec, plain) = self._faster(self.batch), self.rates(self.batch)
         if faster is None:  # nothing to go by: measure speculation first, then plain decoding
-            return self.rate.get(("verify", self.batch)) is None
-        spec, plain = self.rate.get(("verify", self.batch)), self.rate.get(("decode", self.batch))
+            return spec is None
         far = spec is not None and plain is not None and max(spec, plain) > 1.5 * min(spec, plain)
         return faster != (self.steps % (self.probe_every * (4 if far else 1)) == 0)  # now and then, the other
 
     def _faster(self, cls: int) -> bool | None:
         """Whether speculation beats plain decoding by MARGIN at this size class, or where it is not measured
         both ways, at the nearest class that is (None: at none)."""
-        both = [c for c in {c for _, c in self.rate} if ("verify", c) in self.rate and ("decode", c) in self.rate]
+        both = [c for c in {c for _, c in self.rate} if None not in self.rates(c)]
         if not both:
             return None
-        near = min(both, key=lambda c: (abs(c - cls), c))
-        return self.rate[("verify", near)] >= MARGIN * self.rate[("decode", near)]
+        spec, plain = self.rates(min(both, key=lambda c: (abs(c - cls), c)))
+        return spec >= MARGIN * plain
 
 
 class SpecPolicy:

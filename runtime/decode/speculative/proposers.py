@@ -9,9 +9,12 @@ the tokens speculation-off decoding gives.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from radixlm.runtime.request import Req
+
+if TYPE_CHECKING:
+    from radixlm.runtime.decode.speculative.suffix import SuffixTable
 
 
 @dataclass
@@ -27,7 +30,7 @@ class SpecState:
     cooldown: int = 0  # steps left without drafting (acceptance was low)
     strikes: int = 0  # poor windows in a row: each doubles the next cooldown (up to 16x)
     next_len: int | None = None  # the next draft's length (adaptive); None: the most allowed
-    suffix: Any = None  # the request's own SuffixTable (suffix decoding), once it drafted
+    suffix: SuffixTable | None = None  # the request's own table (suffix decoding), once it drafted
     suffix_indexed: int = 0  # tokens of prompt + output already in ``suffix``
 
     def record(self, drafted: int, accepted: int, window: int, min_rate: float, pause: int) -> None:
