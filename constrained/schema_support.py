@@ -22,7 +22,7 @@ def check_supported(schema: Any, backend: str) -> None:
     for path, key in _keywords(schema, "$"):
         if key in IGNORED[backend]:
             raise ValueError(f"json_schema: keyword {key!r} at {path} is not enforced by the {backend} backend "
-                             f"(see README: constrained decoding)")
+                             f"(see docs/constrained.md)")
 
 
 def _keywords(node: Any, path: str):

@@ -3,7 +3,7 @@
 Captured with the Triton backend (its decode launch has a fixed grid: split count fixed, lengths read from
 tensors). Replay copies the batch into static buffers; padding rows use the dummy table row (all slot 0,
 the reserved dummy slot) with length 1, so they read and write only slot 0.
-Not exercised on this project's CPU machines: see README ("GPU status").
+Not exercised on this project's CPU machines: benchmarks/results/gpu/ holds what was measured on a GPU.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Plan once per batch (page table as CSR: indptr, page indices, last-page lengths), run per layer. The pool
 must be token-major (k_buffer[layer] [S, Hkv, D]), which viewed as [S / P, P, Hkv, D] is FlashInfer's NHD
 paged layout. K/V of new tokens are written by our store kernel before the run.
-Not exercised on this project's CPU machines: see README ("GPU status") for what was measured on a GPU.
+Not exercised on this project's CPU machines: benchmarks/results/gpu/ holds what was measured on a GPU.
 """
 
 from __future__ import annotations
