@@ -110,12 +110,25 @@ class CacheConfig:
     page_size: int = _opt(1, "tokens per KV page")
     disable_radix_cache: bool = _opt(False, "plain per-request KV, no prefix sharing")
     eviction_policy: str = _opt("lru", "radix cache eviction", choices=("lru", "lfu"))
+    kv_disk_path: str | None = _opt(None, "a folder for the radix cache's disk tier: the KV of cached prefixes is "
+                                    "written there (as it enters the tree) and loaded back for a request whose "
+                                    "prefix the RAM pool no longer holds, also after a restart; replicas of one "
+                                    "machine may share it (default: no disk tier)")
+    kv_disk_gb: float = _opt(8.0, "most disk the tier uses; least recently used pages go first")
+    kv_disk_block: int = _opt(64, "tokens per disk page (a multiple of --page-size)")
 
     def __post_init__(self) -> None:
-        _check_positive(self, "page_size")
+        _check_positive(self, "page_size", "kv_disk_block")
         _check_choices(self)
         if self.max_total_tokens is not None and self.max_total_tokens < 2 * self.page_size:
             raise ValueError(f"max_total_tokens must be >= 2 pages, got {self.max_total_tokens}")
+        if self.kv_disk_block % self.page_size:
+            raise ValueError(f"kv_disk_block must be a multiple of page_size ({self.page_size}), "
+                             f"got {self.kv_disk_block}")
+        if self.kv_disk_gb <= 0:
+            raise ValueError(f"kv_disk_gb must be > 0, got {self.kv_disk_gb}")
+        if self.kv_disk_path is not None and self.disable_radix_cache:
+            raise ValueError("kv_disk_path needs the radix cache (drop --disable-radix-cache)")
 
 
 @dataclass(frozen=True)
@@ -272,6 +285,8 @@ class EngineConfig:
         if self.execution.enable_torch_compile and (self.parallel.tp_size > 1 or self.execution.device == "cuda"):
             raise ValueError("enable_torch_compile compiles the CPU decode step of one process (tp_size 1); on "
                              "CUDA decode batches replay CUDA graphs instead")
+        if self.cache.kv_disk_path is not None and self.parallel.tp_size > 1:
+            raise ValueError("kv_disk_path is not supported with tp_size > 1 yet (each rank holds a share of the KV)")
         page, sched = self.cache.page_size, self.scheduler
         for name in ("chunked_prefill_size", "max_prefill_tokens"):  # a prefill chunk is whole pages
             if getattr(sched, name) < page:

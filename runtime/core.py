@@ -8,16 +8,21 @@ postprocess (``step``), so the Engine and the server run the very same request t
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from radixlm.constrained import GrammarCache, make_backend
 from radixlm.radix_cache import RadixCache
+from radixlm.radix_cache.disk import DiskStore
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.decode.text import ids_to_text
 from radixlm.runtime.execute import Executor
 from radixlm.runtime.kv.cache_manager import KVCacheManager
+from radixlm.runtime.kv.disk_tier import DiskTier
 from radixlm.runtime.messages import GenerateReq
 from radixlm.runtime.model.distributed import PlanBroadcaster
+from radixlm.runtime.model.kv_fingerprint import kv_fingerprint
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.loader import load_for, resolve_quantization
 from radixlm.runtime.model.runner import ModelRunner
@@ -25,6 +30,16 @@ from radixlm.runtime.model.tokenizer_files import turn_end_ids
 from radixlm.runtime.request import Req
 from radixlm.runtime.request_builder import RequestLimits, build_requests
 from radixlm.runtime.scheduler import Scheduler, StepOutput
+
+
+def open_disk_tier(runner: ModelRunner, cfg: EngineConfig, model_path: str | None) -> DiskTier:
+    """The disk tier of --kv-disk-path (ValueError naming the flag where its folder cannot be used)."""
+    c = cfg.cache
+    try:
+        store = DiskStore(c.kv_disk_path, int(c.kv_disk_gb * 2**30), kv_fingerprint(runner, cfg, model_path))
+    except OSError as e:
+        raise ValueError(f"kv_disk_path {c.kv_disk_path!r} cannot be used: {e}") from e
+    return DiskTier(runner.pool, store, c.kv_disk_block)
 
 
 class EngineCore:
@@ -35,9 +50,10 @@ class EngineCore:
                  tp_group=None, progress: bool = True) -> None:
         if cfg.parallel.tp_size > 1 and tp_group is None:
             raise ValueError("tp_size > 1 runs in the server (radixlm serve --tp-size N), not in-process")
-        self._load_tokenizer = None
+        self._load_tokenizer, model_path = None, None
         if model is None:
             files, model, dtype, cfg = load_for(cfg, progress=progress)
+            model_path = getattr(files, "path", None)
             # decoding and the eos id need only the cached Rust tokenizer: transformers' (its import is most
             # of the load) waits for a request that needs it (jump-forward's encode, a grammar's vocabulary)
             light = files.light_tokenizer()
@@ -56,7 +72,8 @@ class EngineCore:
         if tp_group is not None:  # every forward is broadcast to the other ranks first
             self.runner.plan_sink = PlanBroadcaster(self.runner.req_to_token.table, tp_group)
         tree = None if cfg.cache.disable_radix_cache else RadixCache(cfg.cache.page_size, cfg.cache.eviction_policy)
-        self.cache = KVCacheManager(self.runner.allocator, self.runner.req_to_token, tree)
+        disk = open_disk_tier(self.runner, cfg, model_path) if cfg.cache.kv_disk_path else None
+        self.cache = KVCacheManager(self.runner.allocator, self.runner.req_to_token, tree, disk)
         self.eos_ids = model.cfg.eos_token_ids
         for end in (eos, *(turn_end_ids(decoder) if decoder is not None else ())):
             if end is not None and end not in self.eos_ids:
@@ -136,7 +153,10 @@ class EngineCore:
     def step(self) -> list[StepOutput]:
         """One step: the scheduler's plan, the executor's run of it, the scheduler's postprocess."""
         plan = self.scheduler.schedule()
+        t0 = time.perf_counter()
         result = self.executor.run(plan) if plan.mode != "idle" else None
+        if plan.mode == "prefill" and self.cache.disk is not None:  # what recomputing costs, for load-or-compute
+            self.cache.disk.note_prefill(sum(e.n for e in plan.entries), time.perf_counter() - t0)
         return self.scheduler.postprocess(plan, result)
 
     def has_work(self) -> bool:
@@ -167,5 +187,7 @@ class EngineCore:
     def close(self) -> None:
         """Drop queued requests; on rank 0 of a TP group, let the other ranks exit."""
         self.scheduler.waiting.clear()
+        if self.cache.disk is not None:
+            self.cache.disk.close()  # pages still queued are written first
         if self.runner.plan_sink is not None:
             self.runner.plan_sink.close()

@@ -91,6 +91,7 @@ class Engine:
             req.output_ids, True, req.finished.matched if req.finished else None)
         meta = {"id": req.rid, "prompt_tokens": len(req.origin_input_ids),
                 "completion_tokens": len(req.output_ids), "cached_tokens": req.cached_tokens,
+                "cached_tokens_disk": req.disk_cached_tokens,
                 "finish_reason": req.finished.to_dict() if req.finished else None,
                 "e2e_latency": time.monotonic() - req.arrival, "num_retractions": req.num_retractions,
                 "ttft": req.first_token_time - req.arrival if req.first_token_time else None}

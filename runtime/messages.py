@@ -147,6 +147,7 @@ class Progress(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    disk_cached_tokens: int = 0  # ... of those, loaded back from the radix cache's disk tier
     output_logprobs: list[Any] | None = None  # new [logprob, token_id] pairs
     output_top_logprobs: list[Any] | None = None
     input_logprobs: list[Any] | None = None  # sent once, with the first token
@@ -207,6 +208,26 @@ class ReqError(msgspec.Struct, tag=True):
     status: int = 400
 
 
+class DiskTierStats(msgspec.Struct):
+    """The disk tier since start (bytes and seconds are totals; the API turns them into rates)."""
+
+    on: bool
+    off_reason: str | None
+    pages: int  # pages on disk now (this process's view)
+    used_bytes: int
+    capacity_bytes: int
+    cached_tokens: int  # prompt tokens loaded back from disk (also counted in SchedulerStats.cached_tokens)
+    bytes_written: int
+    bytes_read: int
+    loads: int
+    load_s: float  # seconds spent loading pages back (read and copy into the pool)
+    save_s: float  # seconds the step spent handing pages to the writer
+    corrupt_dropped: int
+    evicted_pages: int
+    skipped_writes: int  # pages not written because the writer was behind
+    skipped_loads: int  # prefixes on disk recomputed because that was expected to be faster
+
+
 class SchedulerStats(msgspec.Struct, tag=True):
     running: int
     queued: int
@@ -225,6 +246,7 @@ class SchedulerStats(msgspec.Struct, tag=True):
     prompt_tokens: int = 0  # since start: prompt tokens admitted ...
     cached_tokens: int = 0  # ... and of those, served from the radix cache
     evicted_tokens: int = 0  # since start: tokens evicted from the radix tree
+    disk: DiskTierStats | None = None  # the radix cache's disk tier (None: no tier)
 
 
 class CacheViewReq(msgspec.Struct, tag=True):

@@ -56,6 +56,8 @@ class Req:
         self.generator = torch.Generator()
         self.finished: FinishReason | None = None
         self.cached_tokens = 0  # prompt tokens served from the radix cache at (first) admission
+        self.disk_cached_tokens = 0  # ... and of those, loaded back from its disk tier
+        self.disk_prefix_len = 0  # tokens of prefix_len loaded from the disk tier at the last admission
         self.num_retractions = 0
         self.first_token_time: float | None = None
         self.admit_time: float | None = None  # first admission into a batch

@@ -50,7 +50,8 @@ async def native_generate(serving: Serving, req: GenerateRequest, request: Reque
 def native_result(c: Choice, r) -> dict[str, Any]:
     u = c.last
     meta = {"id": r.rid, "finish_reason": u.finish_reason if u else None, "prompt_tokens": len(r.input_ids),
-            "completion_tokens": len(c.ids), "cached_tokens": u.cached_tokens if u else 0}
+            "completion_tokens": len(c.ids), "cached_tokens": u.cached_tokens if u else 0,
+            "cached_tokens_disk": u.disk_cached_tokens if u else 0}
     if u is not None:
         meta.update(spec_meta(u.spec_verify_steps, u.spec_draft_tokens, u.spec_accepted_tokens))
     if r.logprob.return_logprob:

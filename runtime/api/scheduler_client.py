@@ -224,6 +224,8 @@ class SchedulerClient:
             m.requests.inc()
             m.prompt_tokens.inc(u.prompt_tokens)
             m.cached_tokens.inc(u.cached_tokens)
+            m.cached_tokens_ram.inc(u.cached_tokens - u.disk_cached_tokens)
+            m.cached_tokens_disk.inc(u.disk_cached_tokens)
             if (u.finish_reason or {}).get("type") == "abort":
                 m.aborted.inc()
 
@@ -248,5 +250,11 @@ class SchedulerClient:
         m.spec_accept_length.set(s.spec_accept_length)
         m.spec_speedup.set(s.spec_speedup)
         m.spec_off_steps.set(s.spec_off_steps)
+        if s.disk is not None:
+            d = s.disk
+            for gauge, value in ((m.disk_on, d.on), (m.disk_used, d.used_bytes), (m.disk_written, d.bytes_written),
+                                 (m.disk_read, d.bytes_read), (m.disk_load_s, d.load_s),
+                                 (m.disk_corrupt, d.corrupt_dropped)):
+                gauge.set(value)
         if s.leak:
             log.error("scheduler reports: %s", s.leak)

@@ -142,12 +142,15 @@ class Serving:
 def usage(groups: list[list[GenerateReq]], choices: list[Choice]) -> dict[str, Any]:
     prompt = sum(len(g[0].input_ids) for g in groups)
     completion = sum(len(c.ids) for c in choices)
-    cached, k = 0, 0
+    cached, disk, k = 0, 0, 0
     for g in groups:  # cached tokens of each prompt's first sample
-        cached += choices[k].last.cached_tokens if choices[k].last else 0
+        last = choices[k].last
+        cached += last.cached_tokens if last else 0
+        disk += last.disk_cached_tokens if last else 0
         k += len(g)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+            "prompt_tokens_details": {"cached_tokens": cached, "cached_tokens_ram": cached - disk,
+                                      "cached_tokens_disk": disk}}
 
 
 def finish_reason(u: TextUpdate | None) -> str | None:

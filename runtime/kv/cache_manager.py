@@ -10,15 +10,18 @@ from __future__ import annotations
 import torch
 
 from radixlm.radix_cache import RadixCache
+from radixlm.runtime.kv.disk_tier import DiskTier
 from radixlm.runtime.kv.pool import PageAllocator, ReqToTokenPool
 from radixlm.runtime.request import Req
 
 
 class KVCacheManager:
-    def __init__(self, allocator: PageAllocator, req_to_token: ReqToTokenPool, tree: RadixCache | None) -> None:
+    def __init__(self, allocator: PageAllocator, req_to_token: ReqToTokenPool, tree: RadixCache | None,
+                 disk: DiskTier | None = None) -> None:
         self.alloc = allocator
         self.req_to_token = req_to_token
         self.tree = tree  # None: radix cache disabled, every request keeps private KV
+        self.disk = disk  # None: no disk tier (it needs the tree)
         self.page = allocator.page_size
 
     # ------------------------------------------------------------ admission
@@ -30,7 +33,7 @@ class KVCacheManager:
         row = self.req_to_token.alloc()
         if row is None:
             return False
-        req.row, req.prefix_len, req.kv_len, req.alloc_len = row, 0, 0, 0
+        req.row, req.prefix_len, req.kv_len, req.alloc_len, req.disk_prefix_len = row, 0, 0, 0, 0
         req.last_node = self.tree.root if self.tree is not None else None  # locking the root is a no-op
         limit = len(req.fill_ids) - 1
         if req.logprob.return_logprob and req.logprob.logprob_start_len >= 0 and not req.output_ids:
@@ -41,8 +44,42 @@ class KVCacheManager:
             req.last_node, req.prefix_len = m.last_node, len(m.slots)
             if m.slots:
                 self.req_to_token.table[row, : len(m.slots)] = torch.tensor(m.slots)
+            if self.disk is not None and self.disk.on:
+                self._load_from_disk(req, limit)
         req.kv_len = req.alloc_len = req.prefix_len
         return True
+
+    def _load_from_disk(self, req: Req, limit: int) -> None:
+        """Continue ``req``'s locked RAM prefix with the blocks the disk tier holds (whole blocks within
+        ``limit``): load them into fresh pages, insert them into the tree and lock the longer match. The
+        block that holds the RAM prefix's end is loaded whole; its part already in RAM is freed again."""
+        b, ram = self.disk.block, req.prefix_len
+        first = ram // b
+        n = self.disk.run_on_disk(req.namespace, req.fill_ids, first, limit // b)
+        if n == 0 or (first + n) * b <= ram or not self.disk.pays((first + n) * b - ram):
+            return
+        start = first * b
+        pages = n * b // self.page
+        if not self.ensure_free_pages(pages):
+            return
+        p = self.page
+        slots = torch.tensor([s for page in self.alloc.alloc_pages(pages) for s in range(page * p, page * p + p)],
+                             dtype=torch.int64)
+        end = start + self.disk.load(req.namespace, req.fill_ids, first, n, slots) * b
+        if end <= ram:  # nothing past the RAM prefix loaded
+            self.alloc.free_slots(slots.tolist())
+            return
+        row = self.req_to_token.table[req.row]
+        present = self.tree.insert(req.fill_ids[:end], row[:start].tolist() + slots[:end - start].tolist(),
+                                   req.namespace)
+        self.alloc.free_slots(slots[: present - start].tolist())  # duplicates of what the tree holds
+        self.alloc.free_slots(slots[end - start:].tolist())  # blocks that did not load
+        m = self.tree.match_prefix(req.fill_ids[:end], req.namespace)
+        self.tree.lock(m.last_node)
+        self.tree.unlock(req.last_node)
+        row[: len(m.slots)] = torch.tensor(m.slots, dtype=torch.int64)
+        req.last_node, req.prefix_len = m.last_node, len(m.slots)
+        req.disk_prefix_len = req.prefix_len - ram
 
     def owned_pages(self, req: Req) -> int:
         return -(-req.alloc_len // self.page) - req.prefix_len // self.page
@@ -94,6 +131,8 @@ class KVCacheManager:
             return
         key, row = req.fill_ids[: req.kv_len], self.req_to_token.table[req.row]
         aligned = req.kv_len - req.kv_len % self.page
+        if self.disk is not None:
+            self.disk.save(req.namespace, key, row[: req.kv_len])
         present = self.tree.insert(key, row[: req.kv_len].tolist(), req.namespace)
         if present > req.prefix_len:  # our copy duplicates what the tree already holds
             self.alloc.free_slots(row[req.prefix_len:present].tolist())
@@ -110,6 +149,8 @@ class KVCacheManager:
         row = self.req_to_token.table[req.row]
         owned_from = req.prefix_len
         if insert and self.tree is not None:
+            if self.disk is not None:
+                self.disk.save(req.namespace, req.fill_ids[: req.kv_len], row[: req.kv_len])
             present = self.tree.insert(req.fill_ids[: req.kv_len], row[: req.kv_len].tolist(), req.namespace)
             if present > req.prefix_len:
                 self.alloc.free_slots(row[req.prefix_len:present].tolist())

@@ -69,9 +69,10 @@ class PrefillPlanner:
     def _count_admission(self, req: Req) -> None:
         req.admit_time = req.admit_time or time.monotonic()
         if not req.output_ids and req.num_retractions == 0:
-            req.cached_tokens = req.prefix_len
+            req.cached_tokens, req.disk_cached_tokens = req.prefix_len, req.disk_prefix_len
             self.sched.stats["prompt_tokens"] += len(req.origin_input_ids)
             self.sched.stats["cached_tokens"] += req.prefix_len
+            self.sched.stats["disk_cached_tokens"] += req.disk_prefix_len
 
     def _budget(self) -> PrefillBudget:
         return PrefillBudget(

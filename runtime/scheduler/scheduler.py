@@ -51,7 +51,8 @@ class Scheduler:
         self.init_ratio = min(1.0, 0.7 * config.scheduler.schedule_conservativeness)
         self.new_token_ratio = self.init_ratio
         self.stats = {"retractions": 0, "preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "mixed_decode_steps": 0,
-                      "grouped_decode_steps": 0, "prompt_tokens": 0, "cached_tokens": 0, "jump_forward_tokens": 0}
+                      "grouped_decode_steps": 0, "prompt_tokens": 0, "cached_tokens": 0, "disk_cached_tokens": 0,
+                      "jump_forward_tokens": 0}
         self.speculation = SpecPolicy(config.speculative, max_context) \
             if config.speculative.speculative_algorithm else None
         self.prefill = PrefillPlanner(self)

@@ -14,9 +14,11 @@ import zmq
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.core import EngineCore
 from radixlm.runtime.ipc import IpcPaths, pull, push
+from radixlm.runtime.kv.disk_tier import DiskTier
 from radixlm.runtime.messages import (
     AbortReq,
     CacheViewReq,
+    DiskTierStats,
     FlushCacheReq,
     FlushCacheResp,
     GenerateReq,
@@ -158,7 +160,7 @@ class SchedulerProcess:
         u = TokenUpdate(rid=r.rid, new_ids=out.new_tokens, finished=out.finished,
                         finish_reason=r.finished.to_dict() if r.finished else None,
                         prompt_tokens=len(r.origin_input_ids), completion_tokens=len(r.output_ids),
-                        cached_tokens=r.cached_tokens, stop=r.params.stop, no_stop_trim=r.params.no_stop_trim,
+                        cached_tokens=r.cached_tokens, disk_cached_tokens=r.disk_cached_tokens, stop=r.params.stop, no_stop_trim=r.params.no_stop_trim,
                         skip_special_tokens=r.params.skip_special_tokens)
         if r.spec_state is not None:
             st = r.spec_state
@@ -189,7 +191,18 @@ class SchedulerProcess:
             leak=leak, rss_mb=rss_mb(), kv_evictable=tree.evictable if tree else 0,
             kv_locked=tree.protected if tree else 0, prompt_tokens=st["prompt_tokens"],
             cached_tokens=st["cached_tokens"], evicted_tokens=cache.tree.evicted_tokens if tree else 0,
-            **spec_rates(self.sched))))
+            disk=disk_stats(cache.disk, st["disk_cached_tokens"]), **spec_rates(self.sched))))
+
+
+def disk_stats(disk: DiskTier | None, cached_tokens: int) -> DiskTierStats | None:
+    if disk is None:
+        return None
+    s, c = disk.store.stats, disk.counters
+    return DiskTierStats(on=disk.on, off_reason=s.off_reason, pages=disk.store.pages, used_bytes=disk.store.used_bytes,
+                         capacity_bytes=disk.store.capacity, cached_tokens=cached_tokens,
+                         bytes_written=s.bytes_written, bytes_read=s.bytes_read, loads=c.loads, load_s=c.load_s,
+                         save_s=c.save_s, corrupt_dropped=s.corrupt_dropped, evicted_pages=s.evicted_pages,
+                         skipped_writes=disk.writer.skipped, skipped_loads=c.skipped_loads)
 
 
 def spec_rates(sched) -> dict[str, float]:
