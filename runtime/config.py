@@ -349,9 +349,17 @@ class ServerConfig:
                                 "token and its end go at once): fewer wake-ups of the helper processes on the "
                                 "cores the forward pass uses, in coarser chunks")
 
+    responses_db: str = _opt("~/.cache/radixlm/responses.sqlite3", "the SQLite file of stored Responses "
+                             "(store: true, the API's default; previous_response_id continues one); several "
+                             "servers may share it; 'off': nothing is stored and store: true is a 400")
+    responses_ttl_hours: float = _opt(720.0, "a stored response is deleted this long after it was made")
+    responses_max: int = _opt(100_000, "most stored responses; beyond it the oldest are deleted")
+
     def __post_init__(self) -> None:
-        _check_positive(self, "stream_interval")
+        _check_positive(self, "stream_interval", "responses_max")
         _check_choices(self)
+        if self.responses_ttl_hours <= 0:
+            raise ValueError(f"responses_ttl_hours must be > 0, got {self.responses_ttl_hours}")
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def test_responses_create_and_stream(client):
 
 
 def test_responses_unsupported_are_400(server):
-    for body, param in [({"store": True}, "store"), ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    for body, param in [({"background": True}, "background"),
                         ({"tools": [{"type": "web_search"}]}, "tools"), ({"include": ["x"]}, "include"),
                         ({"input": [{"type": "image", "url": "x"}]}, "input"), ({"frequency": 1}, "frequency"),
                         ({"text": {"verbosity": "low"}}, "text"), ({"reasoning": {"x": 1}}, "reasoning"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -130,7 +131,8 @@ def add_admin_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]
     @app.get("/server_info")
     async def info():
         stats = client.stats
-        return {**server_info, "stats": None if stats is None else {f: getattr(stats, f) for f in stats.__struct_fields__}}
+        return {**server_info, "stats": None if stats is None else
+                {k: v for k, v in msgspec.to_builtins(stats).items() if k != "type"}}  # (the message tag)
 
     @app.post("/flush_cache")
     async def flush_cache():

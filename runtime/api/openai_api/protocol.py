@@ -98,7 +98,7 @@ class GenerateRequest(Strict):
 
 
 class ResponsesRequest(Strict):
-    """OpenAI's Responses API, not stored: each request carries its whole input."""
+    """OpenAI's Responses API: stored unless store is false; previous_response_id continues a stored one."""
 
     model: str | None = None
     input: str | list[dict[str, Any]]
@@ -113,8 +113,8 @@ class ResponsesRequest(Strict):
     top_p: float = 1.0
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    store: bool | None = None  # true: 400 (nothing is stored)
-    previous_response_id: str | None = None  # 400: there is no stored response to continue
+    store: bool | None = None  # None: true, as OpenAI's API (a 400 only where asked for and the server has no store)
+    previous_response_id: str | None = None  # a stored response of the same tenant (404 otherwise)
     background: bool | None = None
     include: list[str] | None = None
     truncation: str | None = None

@@ -1,5 +1,6 @@
 """A Responses request in chat terms: input items -> chat messages, flat tools -> chat tools, text.format -> a
-constraint. Whatever cannot be honoured (stored responses, built-in tools, ...) is a 400 naming it."""
+constraint; a continued conversation's earlier turns come first. Whatever cannot be honoured (background
+responses, built-in tools, ...) is a 400 naming it."""
 
 from __future__ import annotations
 
@@ -12,12 +13,6 @@ from radixlm.runtime.api.openai_api.protocol import ChatMessage, ResponsesReques
 
 
 def check_unsupported(req: ResponsesRequest) -> None:
-    if req.store:
-        raise ApiError(400, "store: responses are not stored here; send store=false (or leave it out) and the "
-                            "whole conversation as input", param="store")
-    if req.previous_response_id is not None:
-        raise ApiError(400, "previous_response_id: responses are not stored, so none can be continued; send the "
-                            "earlier turns as input items", param="previous_response_id")
     if req.background:
         raise ApiError(400, "background: not supported", param="background")
     if req.include:
@@ -67,12 +62,11 @@ def text_spec(text: dict[str, Any] | None) -> ConstraintSpec | None:
         raise ApiError(400, str(e).replace("response_format", "text.format"), param="text") from e
 
 
-def chat_messages(req: ResponsesRequest) -> list[ChatMessage]:
-    """instructions and input items -> chat messages (consecutive function calls make one assistant turn)."""
+def chat_messages(req: ResponsesRequest, items: list[dict[str, Any]]) -> list[ChatMessage]:
+    """instructions and input items (the earlier turns' and this request's) -> chat messages (consecutive
+    function calls make one assistant turn)."""
     out = [ChatMessage(role="system", content=req.instructions)] if req.instructions else []
-    if isinstance(req.input, str):
-        return [*out, ChatMessage(role="user", content=req.input)]
-    for i, item in enumerate(req.input):
+    for i, item in enumerate(items):
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind == "message":
             out.append(_message(item, i))

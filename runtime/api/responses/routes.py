@@ -1,4 +1,5 @@
-"""/v1/responses (not stored): the chat machinery underneath, output items and streaming events on top.
+"""/v1/responses: the chat machinery underneath, output items and streaming events on top, stored
+(stored.py) unless the request says store: false.
 
 ``ResponseItems`` turns the chat deltas of ``MessageStream`` into Responses output items (reasoning, one
 message, function calls) and the SDK's event types; the whole response and the stream come from the same
@@ -7,7 +8,7 @@ items, so they agree.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,6 +24,15 @@ from radixlm.runtime.api.responses.input import (
     chat_tools,
     check_unsupported,
     text_spec,
+)
+from radixlm.runtime.api.responses.store import ResponseStore
+from radixlm.runtime.api.responses.stored import (
+    add_stored_routes,
+    earlier_turns,
+    input_items,
+    keep,
+    open_store,
+    should_store,
 )
 from radixlm.runtime.api.serving import Choice, Serving, finish_reason, now, sse, usage
 from radixlm.runtime.messages import LogprobOptions
@@ -100,35 +110,47 @@ class ResponseItems:
 
 
 def add_routes(app: FastAPI, serving: Serving) -> None:
+    store = open_store(serving.cfg)
+
     @app.post("/v1/responses")
     async def responses(req: ResponsesRequest, request: Request):
-        return await create_response(serving, req, request)
+        return await create_response(serving, store, req, request)
+
+    add_stored_routes(app, store)
 
 
-async def create_response(serving: Serving, req: ResponsesRequest, request: Request):
+async def create_response(serving: Serving, store: ResponseStore | None, req: ResponsesRequest, request: Request):
     model = check_model(serving, req.model)
     check_unsupported(req)
+    tenant = request.state.tenant
+    stored, earlier, inputs = should_store(store, req), earlier_turns(store, req, tenant), input_items(req)
     budget = reasoning_budget(serving, (req.reasoning or {}).get("effort"), req.max_reasoning_tokens, "reasoning")
     sampling = {"max_new_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
                 "top_k": req.top_k, "min_p": req.min_p, "seed": req.seed}
-    plan = plan_chat(serving, req, chat_messages(req), chat_tools(req.tools), chat_tool_choice(req.tool_choice),
-                     req.parallel_tool_calls, text_spec(req.text), budget, sampling, LogprobOptions(), request,
-                     "resp_")
+    plan = plan_chat(serving, req, chat_messages(req, [*earlier, *inputs]), chat_tools(req.tools),
+                     chat_tool_choice(req.tool_choice), req.parallel_tool_calls, text_spec(req.text), budget,
+                     sampling, LogprobOptions(), request, "resp_")
+    keeper = (lambda final: keep(store, tenant, final, inputs, earlier)) if stored else None
     head = {"id": plan.rid, "object": "response", "created_at": now(), "model": model, "error": None,
             "instructions": req.instructions, "metadata": req.metadata or {}, "tools": req.tools or [],
             "tool_choice": req.tool_choice or "auto", "parallel_tool_calls": req.parallel_tool_calls is not False,
             "temperature": req.temperature, "top_p": req.top_p, "max_output_tokens": req.max_output_tokens,
-            "previous_response_id": None, "reasoning": req.reasoning or {"effort": None}, "store": False,
+            "previous_response_id": req.previous_response_id, "reasoning": req.reasoning or {"effort": None},
+            "store": stored,
             "text": req.text or {"format": {"type": "text"}}, "truncation": "disabled", "background": False}
     if req.stream:
         events = await serving.start_stream(plan.groups[0], request.is_disconnected)
-        return StreamingResponse(response_events(serving, plan, events, head), media_type="text/event-stream")
+        return StreamingResponse(response_events(serving, plan, events, head, keeper),
+                                 media_type="text/event-stream")
     choices = await serving.run(plan.groups, request.is_disconnected)
     items = ResponseItems(plan.rid.removeprefix("resp_"))
     stream = MessageStream(plan.prompt.syntax, plan.call_prefix)
     for delta in stream.feed("".join(choices[0].text), finished=True):
         items.feed(delta)
-    return finished(serving, plan, head, items, choices[0])[0]
+    final = finished(serving, plan, head, items, choices[0])[0]
+    if keeper is not None:
+        keeper(final)
+    return final
 
 
 def finished(serving: Serving, plan: ChatPlan, head: dict, items: ResponseItems, c: Choice) -> tuple[dict, list]:
@@ -146,7 +168,8 @@ def finished(serving: Serving, plan: ChatPlan, head: dict, items: ResponseItems,
                       "total_tokens": u["total_tokens"]}}, closing
 
 
-async def response_events(serving: Serving, plan: ChatPlan, events, head: dict) -> AsyncIterator[str]:
+async def response_events(serving: Serving, plan: ChatPlan, events, head: dict,
+                          keeper: Callable[[dict], None] | None) -> AsyncIterator[str]:
     seq = 0
 
     def event(obj: dict[str, Any]) -> str:
@@ -172,6 +195,8 @@ async def response_events(serving: Serving, plan: ChatPlan, events, head: dict) 
                                                               "error": {"code": "server_error", "message": msg}}})
         return
     final, closing = finished(serving, plan, head, items, choice)
+    if keeper is not None:
+        keeper(final)
     for e in closing:
         yield event(e)
     yield event({"type": "response.completed" if final["status"] == "completed" else "response.incomplete",
