@@ -35,6 +35,7 @@ class NodeView:
     namespace: str
     children: int
     preview_ids: tuple[int, ...]  # the first tokens of the edge (empty when previews are off)
+    tier: str = "ram"  # "ram", or "ram+disk" where the disk tier holds every whole block that ends on this edge
 
 
 def namespace_name(ns: Hashable) -> str:

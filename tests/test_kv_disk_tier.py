@@ -167,3 +167,28 @@ def test_working_set_larger_than_the_pool_comes_back_from_disk(tmp_path, cold):
     r = ask(e, CONTEXT + TURN, PARAMS[0])
     assert r["meta_info"]["cached_tokens_disk"] >= 256 and answer(r) == cold[(0, 20)]
     e.shutdown()
+
+
+def test_replicas_sharing_a_folder_hit_each_others_pages(tmp_path, cold):
+    """Two engines on one folder (as the DP replicas of one machine): each keeps its own index and finds the
+    other's pages on a miss."""
+    a, b = engine(tmp_path), engine(tmp_path)
+    ask(a, CONTEXT, PARAMS[0])
+    flush_to_disk(a)
+    r = ask(b, CONTEXT + TURN, PARAMS[0])
+    assert r["meta_info"]["cached_tokens_disk"] >= 256 and answer(r) == cold[(0, 20)]
+    a.shutdown()
+    b.shutdown()
+
+
+def test_a_load_slower_than_recomputing_is_skipped(tmp_path, cold):
+    e = engine(tmp_path)
+    ask(e, CONTEXT, PARAMS[0])
+    flush_to_disk(e)
+    e.flush_cache()
+    disk = e.core.cache.disk
+    disk.load_s_per_token, disk.prefill_s_per_token = 1.0, 1e-6  # as if the disk were far slower than the CPU
+    r = ask(e, CONTEXT + TURN, PARAMS[0])
+    assert r["meta_info"]["cached_tokens"] == 0 and disk.counters.skipped_loads == 1
+    assert answer(r) == cold[(0, 20)]
+    e.shutdown()

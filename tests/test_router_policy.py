@@ -61,6 +61,20 @@ def test_low_match_goes_to_the_least_loaded():
     assert b.reason == "low_match" and b.url != a.url  # a is busier
 
 
+def test_a_prefix_on_the_shared_disk_goes_to_the_least_loaded_replica():
+    """A replica that went down lost its RAM, not the shared disk: its prefix is a "disk" hit anywhere."""
+    cfg = RouterConfig(max_tree_chars=2000)
+    policy = RoutingPolicy(cfg, URLS, shared_disk=True)
+    first = policy.pick(SYSTEMS[0] + "q1")
+    policy.mark(first.url, up=False)
+    policy.mark(first.url, up=True)
+    d = policy.pick(SYSTEMS[0] + "q2")
+    assert d.reason == "disk" and d.match > 0.9
+    plain = RoutingPolicy(cfg, URLS)
+    plain.mark(plain.pick(SYSTEMS[0] + "q1").url, up=False)
+    assert plain.pick(SYSTEMS[0] + "q2").reason == "low_match"
+
+
 def test_shortest_queue():
     policy = RoutingPolicy(RouterConfig(router_policy="shortest_queue"), URLS)
     a = policy.pick("p").url

@@ -80,6 +80,13 @@ def test_store_continue_restart_and_tenants(server_process, flags):
                 break
             time.sleep(0.2)
         assert disk["on"] and disk["cached_tokens"] >= 64 and disk["bytes_read"] > 0
+        auth = {"Authorization": f"Bearer {KEYS['tenant-a']}"}
+        tree = httpx.get(f"{srv.url}/cache/tree", headers=auth).json()  # the dashboard's view of the tiers
+        assert {n["tier"] for n in tree["nodes"]} <= {"ram", "ram+disk"} and any(n["tier"] == "ram+disk"
+                                                                               for n in tree["nodes"])
+        time.sleep(2.2)  # two samples of the live series
+        stats = httpx.get(f"{srv.url}/cache/stats", headers=auth).json()
+        assert stats["now"]["disk"]["pages"] > 0 and "disk_hit_tps" in stats["series"][-1]
     finally:
         assert srv.stop() == 0
 

@@ -137,6 +137,16 @@ class DiskTier:
             pool.k_buffer[layer].index_copy_(d, slots, full[2 * layer])
             pool.v_buffer[layer].index_copy_(d, slots, full[2 * layer + 1])
 
+    def tier_of(self, namespace: Hashable, path: list[int], edge: int) -> str:
+        """"ram+disk" where disk holds every whole block that ends in the last ``edge`` tokens of ``path`` (the
+        tokens from the root through a node), else "ram"."""
+        b, start = self.block, len(path) - edge
+        ends = [i for i in range(len(path) // b) if (i + 1) * b > start]
+        if not ends or not self.on:
+            return "ram"
+        keys = self.keys(namespace, path)
+        return "ram+disk" if all(self.store.known(keys[i]) for i in ends) else "ram"
+
     def note_prefill(self, tokens: int, seconds: float) -> None:
         """A prefill step computed ``tokens`` in ``seconds`` (the recompute side of ``pays``)."""
         if tokens > 0:

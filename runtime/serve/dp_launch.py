@@ -35,7 +35,7 @@ def launch_dp(engine_cfg: EngineConfig, server_cfg: ServerConfig, router_cfg: Ro
         urls.append(f"http://127.0.0.1:{port}")
     try:
         _wait_healthy(urls, replicas, server_cfg.startup_timeout_s)
-        app = create_router_app(urls, router_cfg)
+        app = create_router_app(urls, router_cfg, shared_disk=engine_cfg.cache.kv_disk_path is not None)
         log.info("radixlm router: http://%s:%d -> %s (%s)", server_cfg.host, server_cfg.port, ", ".join(urls),
                  router_cfg.router_policy)
         server = http_server(app, server_cfg.host, server_cfg.port, server_cfg.log_level)

@@ -158,8 +158,9 @@ class Router:
         return error(503, "no replica is available")
 
 
-def create_router_app(urls: list[str], cfg: RouterConfig) -> FastAPI:
-    router = Router(RoutingPolicy(cfg, [u.rstrip("/") for u in urls]), cfg)
+def create_router_app(urls: list[str], cfg: RouterConfig, shared_disk: bool = False) -> FastAPI:
+    """``shared_disk``: the replicas share a disk tier (the router remembers what it holds)."""
+    router = Router(RoutingPolicy(cfg, [u.rstrip("/") for u in urls], shared_disk), cfg)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

@@ -2,7 +2,9 @@
 
 ``cache_aware`` keeps, per replica, an approximate radix tree over the text of the requests the router sent
 it (characters, not tokens: the router has no tokenizer). It never asks the replicas what they cache; it
-forgets by LRU beyond ``max_tree_chars`` per replica, as the replica's own cache would.
+forgets by LRU beyond ``max_tree_chars`` per replica, as the replica's own cache would. Where the replicas
+share a disk tier (--kv-disk-path), one more tree stands for it: a prefix no replica holds in RAM but the
+disk does goes to the least loaded replica, which loads it back ("disk") rather than computing it.
 """
 
 from __future__ import annotations
@@ -27,16 +29,17 @@ class Replica:
 @dataclass(frozen=True)
 class Decision:
     url: str
-    reason: str  # "cache" | "balance" | "low_match" | "round_robin" | "shortest_queue"
+    reason: str  # "cache" | "disk" | "balance" | "low_match" | "round_robin" | "shortest_queue"
     match: float  # matched fraction of the request text on the chosen replica (cache_aware only)
 
 
 class RoutingPolicy:
-    def __init__(self, cfg: RouterConfig, urls: list[str]) -> None:
+    def __init__(self, cfg: RouterConfig, urls: list[str], shared_disk: bool = False) -> None:
         if not urls:
             raise ValueError("router: at least one worker URL is needed")
         self.cfg = cfg
         self.replicas = {u: Replica(u) for u in urls}
+        self.disk = Replica("disk") if shared_disk else None  # what the shared disk tier holds (its text)
         self._rr = itertools.count()
 
     def up(self) -> list[Replica]:
@@ -59,6 +62,8 @@ class RoutingPolicy:
         chosen.routed += 1
         if policy == "cache_aware":
             self._remember(chosen, text)
+            if self.disk is not None:  # every replica writes its prefixes through to the shared disk
+                self._remember(self.disk, text, self.cfg.max_tree_chars * len(self.replicas))
         return d
 
     def _cache_aware(self, text: str, live: list[Replica]) -> Decision:
@@ -75,15 +80,18 @@ class RoutingPolicy:
             if n > best_len or n == best_len and r.in_flight < best.in_flight:
                 best, best_len = r, n
         ratio = best_len / max(len(key), 1)
-        if ratio < self.cfg.cache_threshold:
-            return Decision(least.url, "low_match", ratio)
-        return Decision(best.url, "cache", ratio)
+        if ratio >= self.cfg.cache_threshold:
+            return Decision(best.url, "cache", ratio)
+        on_disk = self.disk.tree.peek_prefix_len(key) / max(len(key), 1) if self.disk is not None else 0.0
+        if on_disk >= self.cfg.cache_threshold:
+            return Decision(least.url, "disk", on_disk)
+        return Decision(least.url, "low_match", ratio)
 
-    def _remember(self, replica: Replica, text: str) -> None:
+    def _remember(self, replica: Replica, text: str, budget: int | None = None) -> None:
         key = _key(text)
         replica.tree.insert(key, range(replica.next_value, replica.next_value + len(key)))
         replica.next_value += len(key)
-        over = replica.tree.total_size() - self.cfg.max_tree_chars
+        over = replica.tree.total_size() - (budget or self.cfg.max_tree_chars)
         if over > 0:
             replica.tree.evict(over)
 
@@ -96,7 +104,7 @@ class RoutingPolicy:
         """A replica going down loses its tree: whatever it cached is gone or unknown when it returns."""
         r = self.replicas[url]
         if r.up and not up:
-            r.tree.reset()
+            r.tree.reset()  # (the disk's tree stays: what the disk holds outlives a replica)
             r.in_flight = 0
         r.up = up
 

@@ -39,6 +39,11 @@ class Sample:
     retractions: int  # ... and requests retracted
     spec_accept_rate: float | None = None  # speculative decoding: accepted / drafted since start (None: off)
     spec_speedup: float | None = None  # ... its tokens/s over plain decoding's, lately
+    ram_hit_tps: float | None = None  # prompt tokens served from the radix cache in RAM, per second
+    disk_hit_tps: float | None = None  # ... loaded back from its disk tier (None: no disk tier)
+    disk_write_mbs: float | None = None  # the disk tier's MB written per second
+    disk_read_mbs: float | None = None  # ... and read back
+    disk_load_ms: float | None = None  # mean milliseconds per load-back in this interval (None: none)
 
 
 class RecentLatencies:
@@ -61,6 +66,20 @@ class RecentLatencies:
         if not xs:
             return None, None
         return round(xs[len(xs) // 2], 4), round(xs[min(len(xs) - 1, int(len(xs) * 0.9))], 4)
+
+
+def tier_rates(s: SchedulerStats, s0: SchedulerStats, dt: float) -> dict[str, float | None]:
+    """Hits per tier, the disk tier's bytes per second and its mean load-back time, between two stats."""
+    d, d0 = s.disk, s0.disk
+    disk = d.cached_tokens - d0.cached_tokens if d is not None and d0 is not None else 0
+    out: dict[str, float | None] = {"ram_hit_tps": round(max(s.cached_tokens - s0.cached_tokens - disk, 0) / dt, 1)}
+    if d is None or d0 is None:
+        return out
+    loads = d.loads - d0.loads
+    return {**out, "disk_hit_tps": round(max(disk, 0) / dt, 1),
+            "disk_write_mbs": round(max(d.bytes_written - d0.bytes_written, 0) / dt / 1e6, 3),
+            "disk_read_mbs": round(max(d.bytes_read - d0.bytes_read, 0) / dt / 1e6, 3),
+            "disk_load_ms": round((d.load_s - d0.load_s) / loads * 1000, 2) if loads > 0 else None}
 
 
 class LiveSeries:
@@ -100,7 +119,8 @@ class LiveSeries:
                         tpot_p50=tpot[0], tpot_p90=tpot[1], evicted=max(s.evicted_tokens - s0.evicted_tokens, 0),
                         retractions=max(s.retractions - s0.retractions, 0),
                         spec_accept_rate=round(s.spec_accept_rate, 3) if s.spec_accept_length else None,
-                        spec_speedup=round(s.spec_speedup, 3) if s.spec_speedup else None)
+                        spec_speedup=round(s.spec_speedup, 3) if s.spec_speedup else None,
+                        **tier_rates(s, s0, dt))
         self.samples.append(sample)
         return sample
 

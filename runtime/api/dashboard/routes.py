@@ -12,6 +12,7 @@ import functools
 import os
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse
 
@@ -76,7 +77,7 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
     async def cache_stats(request: Request):
         last = int_param(request, "last", 300, 1, 300)
         s = client.stats
-        now = None if s is None else {f: getattr(s, f) for f in s.__struct_fields__}
+        now = None if s is None else {k: v for k, v in msgspec.to_builtins(s).items() if k != "type"}
         return {"now": now, "series": client.series.recent(last), "server": dashboard_info(server_info)}
 
     @app.get("/requests")

@@ -16,6 +16,11 @@ const CHARTS = [
   {id: "tpot", title: "TPOT, s (last 30 s)", lines: [["tpot_p50", "p50", "--blue"], ["tpot_p90", "p90", "--orange"]]},
   {id: "evictions", title: "evicted tokens and retractions", lines: [["evicted", "evicted tokens", "--red"],
                                                                     ["retractions", "retractions", "--orange"]]},
+  {id: "tiers", title: "cache hits by tier, tokens / s", lines: [["ram_hit_tps", "RAM", "--green"],
+                                                                ["disk_hit_tps", "disk", "--violet"]], min: 0},
+  {id: "disk", title: "disk tier: MB / s written and read, ms per load-back",
+   lines: [["disk_write_mbs", "written", "--orange"], ["disk_read_mbs", "read", "--blue"],
+           ["disk_load_ms", "ms per load", "--red"]], min: 0},
   {id: "speculation", title: "speculation: accepted / drafted, and its tok/s over plain decoding's",
    lines: [["spec_accept_rate", "acceptance", "--green"], ["spec_speedup", "speedup", "--blue"]], min: 0},
 ];
@@ -85,7 +90,7 @@ function drawTree(tree) {
         "data-id": n.id, "data-hits": n.hits, "data-tokens": n.tokens, "data-children": n.children,
         "data-shared": shared ? "1" : "0",
         title: `${n.tokens} tokens here, ${n.subtree_tokens} at and below\nhits ${n.hits}, idle ${fmt(n.idle_s, 1)} s` +
-               `\n${n.lock_ref ? "locked by " + n.lock_ref : "evictable"}, namespace ${n.namespace}` +
+               `\n${n.lock_ref ? "locked by " + n.lock_ref : "evictable"}, tier ${n.tier}, namespace ${n.namespace}` +
                (n.preview !== null ? `\n${JSON.stringify(n.preview)}` : ""),
         style: `left:${x}%;width:${w}%;top:${(n.depth - 1) * rowH}px;height:${rowH - 2}px`});
       cell.textContent = `${fmt(n.tokens)} tok · ${n.hits} hits` + (n.preview ? " · " + n.preview : "");
@@ -102,7 +107,8 @@ function drawTree(tree) {
     {"data-hits": n.hits, "data-children": n.children},
     el("td", {text: n.depth}), el("td", {text: fmt(n.tokens)}), el("td", {text: fmt(n.subtree_tokens)}),
     el("td", {text: n.hits}), el("td", {text: fmt(n.idle_s, 1) + " s"}),
-    el("td", {text: n.lock_ref ? `locked (${n.lock_ref})` : "evictable"}), el("td", {text: n.namespace}),
+    el("td", {text: n.lock_ref ? `locked (${n.lock_ref})` : "evictable"}), el("td", {text: n.tier}),
+    el("td", {text: n.namespace}),
     el("td", {class: "preview", text: n.preview === null ? "(previews off)" : n.preview}))));
   const ns = Object.entries(tree.namespaces).map(([k, v]) => `${k}: ${fmt(v)} tokens`).join(" · ");
   document.getElementById("namespaces").textContent = ns ? "Namespaces: " + ns : "The cache is empty.";
@@ -141,6 +147,10 @@ async function poll() {
       document.querySelector("#chart-kv h3").textContent =
         `KV slots (free now: ${fmt(last.kv_free)} of ${fmt(last.kv_free + last.kv_used + last.kv_evictable)})`;
     }
+    const disk = stats.now && stats.now.disk;
+    document.querySelector("#chart-disk h3").textContent = !disk ? "disk tier: none (--kv-disk-path)" :
+      `disk tier: ${disk.on ? "on" : "OFF (" + disk.off_reason + ")"} · ${fmt(disk.pages)} pages, ` +
+      `${fmt(disk.used_bytes / 1e6, 1)} of ${fmt(disk.capacity_bytes / 1e6, 0)} MB`;
     drawTree(tree);
     drawRequests(reqs);
     if (!infoShown) { drawInfo(stats.server); infoShown = true; }
