@@ -192,3 +192,40 @@ def test_a_load_slower_than_recomputing_is_skipped(tmp_path, cold):
     assert r["meta_info"]["cached_tokens"] == 0 and disk.counters.skipped_loads == 1
     assert answer(r) == cold[(0, 20)]
     e.shutdown()
+
+
+def test_agents_beyond_the_pool_each_get_their_context_back(tmp_path, cold):
+    """Four agents' contexts through a pool that holds two: on the next turn, sent all at once, each agent's
+    context comes back from RAM or disk; none is computed again, though the loads must wait for room."""
+    e = engine(tmp_path, max_total_tokens=768, chunked_prefill_size=128)
+    contexts = [[(t + k) % 250 for t in CONTEXT] for k in range(4)]
+    e.generate(input_ids=contexts, sampling_params=PARAMS[0])
+    flush_to_disk(e)
+    outs = e.generate(input_ids=[c + TURN for c in contexts], sampling_params=PARAMS[0])
+    assert all(o["meta_info"]["cached_tokens"] >= 256 for o in outs), [o["meta_info"] for o in outs]
+    assert sum(o["meta_info"]["cached_tokens_disk"] for o in outs) >= 256
+    e.shutdown()
+
+
+def test_a_prefix_on_disk_waits_for_room_rather_than_being_computed(tmp_path):
+    """Admission of a request whose prefix is on disk while running requests fill the pool: it waits for the
+    room to load the prefix (computing it would need the same room and take longer), then loads it."""
+    e = engine(tmp_path, max_total_tokens=1024)
+    ask(e, CONTEXT, PARAMS[0])
+    flush_to_disk(e)
+    e.flush_cache()
+    cache = e.core.cache
+
+    def req(ids):
+        (m,) = e.build(input_ids=ids, sampling_params=PARAMS[0])
+        return e.core.make_req(m)
+
+    big = req([(5 * j + 2) % 250 for j in range(900)])
+    assert cache.admit(big) and cache.extend(big, 900) is not None
+    small = req(CONTEXT + TURN)
+    assert not cache.admit(small) and small.row is None and cache.tree.protected_size == 0
+    cache.release(big, insert=False)
+    assert cache.admit(small) and small.disk_prefix_len >= 256 and small.prefix_len == small.disk_prefix_len
+    cache.release(small, insert=False)
+    assert cache.check([]) is None
+    e.shutdown()

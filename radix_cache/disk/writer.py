@@ -7,8 +7,10 @@ not queued: the tier is a cache, and a page not written is only a later recomput
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 
 from radixlm.radix_cache.disk.store import DiskStore
 
@@ -23,6 +25,8 @@ class PageWriter:
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="radixlm-kv-disk-writer", daemon=True)
         self._thread.start()
+        self._closed = False
+        atexit.register(_close_at_exit, weakref.ref(self))  # an engine never shut down still writes its queue
 
     def pending(self, key: bytes) -> bool:
         return key in self._pending
@@ -46,6 +50,10 @@ class PageWriter:
         self._queue.join()
 
     def close(self) -> None:
+        """Write what is queued and stop the thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         self.flush()
         self._queue.put(None)
         self._thread.join(timeout=5)
@@ -62,3 +70,9 @@ class PageWriter:
                 self.pending_bytes -= len(payload)
             self._queue.task_done()
         self._queue.task_done()
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    writer = ref()
+    if writer is not None:
+        writer.close()

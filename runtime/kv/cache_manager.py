@@ -29,7 +29,9 @@ class KVCacheManager:
         return self.tree.peek_prefix_len(req.fill_ids, req.namespace) if self.tree else 0
 
     def admit(self, req: Req) -> bool:
-        """Take a table row and lock the longest cached prefix (at least one token is left to compute)."""
+        """Take a table row and lock the longest cached prefix (at least one token is left to compute). False:
+        no row is free, or the prefix continues on disk and the pool has no room to load it until running
+        requests give some back (computing it instead would take longer and need the same room)."""
         row = self.req_to_token.alloc()
         if row is None:
             return False
@@ -44,31 +46,36 @@ class KVCacheManager:
             req.last_node, req.prefix_len = m.last_node, len(m.slots)
             if m.slots:
                 self.req_to_token.table[row, : len(m.slots)] = torch.tensor(m.slots)
-            if self.disk is not None and self.disk.on:
-                self._load_from_disk(req, limit)
+            if self.disk is not None and self.disk.on and not self._load_from_disk(req, limit):
+                self.tree.unlock(req.last_node)
+                self.req_to_token.free(row)
+                req.row, req.last_node, req.prefix_len, req.disk_prefix_len = None, None, 0, 0
+                return False
         req.kv_len = req.alloc_len = req.prefix_len
         return True
 
-    def _load_from_disk(self, req: Req, limit: int) -> None:
+    def _load_from_disk(self, req: Req, limit: int) -> bool:
         """Continue ``req``'s locked RAM prefix with the blocks the disk tier holds (whole blocks within
         ``limit``): load them into fresh pages, insert them into the tree and lock the longer match. The
-        block that holds the RAM prefix's end is loaded whole; its part already in RAM is freed again."""
+        block that holds the RAM prefix's end is loaded whole; its part already in RAM is freed again.
+        False: the blocks do not fit the pool now, but will once running requests finish (wait for them)."""
         b, ram = self.disk.block, req.prefix_len
         first = ram // b
         n = self.disk.run_on_disk(req.namespace, req.fill_ids, first, limit // b)
         if n == 0 or (first + n) * b <= ram or not self.disk.pays((first + n) * b - ram):
-            return
+            return True
         start = first * b
         pages = n * b // self.page
         if not self.ensure_free_pages(pages):
-            return
+            others = self.alloc.capacity - self.available() - ram  # what running requests hold, beyond our prefix
+            return others <= 0  # nothing to wait for: compute it
         p = self.page
         slots = torch.tensor([s for page in self.alloc.alloc_pages(pages) for s in range(page * p, page * p + p)],
                              dtype=torch.int64)
         end = start + self.disk.load(req.namespace, req.fill_ids, first, n, slots) * b
         if end <= ram:  # nothing past the RAM prefix loaded
             self.alloc.free_slots(slots.tolist())
-            return
+            return True
         row = self.req_to_token.table[req.row]
         present = self.tree.insert(req.fill_ids[:end], row[:start].tolist() + slots[:end - start].tolist(),
                                    req.namespace)
@@ -80,6 +87,7 @@ class KVCacheManager:
         row[: len(m.slots)] = torch.tensor(m.slots, dtype=torch.int64)
         req.last_node, req.prefix_len = m.last_node, len(m.slots)
         req.disk_prefix_len = req.prefix_len - ram
+        return True
 
     def owned_pages(self, req: Req) -> int:
         return -(-req.alloc_len // self.page) - req.prefix_len // self.page
