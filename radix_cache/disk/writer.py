@@ -8,6 +8,7 @@ not queued: the tier is a cache, and a page not written is only a later recomput
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
 import weakref
@@ -59,6 +60,10 @@ class PageWriter:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        try:  # the lowest priority on Linux: the forward pass's threads go first (its barriers wait for each)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
         while (item := self._queue.get()) is not None:
             key, tokens, payload, _ = item
             try:
