@@ -1,7 +1,8 @@
 """Speculative decoding: output tok/s with each method against none, as ratios in the same run.
 
     python benchmarks/bench_speculative.py [--model NAME_OR_FILE] [--batch 1 8] [--max-new-tokens 96]
-                                           [--methods none ngram suffix [draft]] [--rounds 2] [--out FILE]
+                                           [--methods none ngram suffix [draft] [draft-model]]
+                                           [--draft-model NAME_OR_FILE] [--rounds 2] [--out FILE]
 
 Workloads (chat template, greedy), each 8 requests a round, another 8 in the next (an agent or an editor sends
 similar requests again and again, never the same: the second round may draft from the first's outputs):
@@ -12,7 +13,8 @@ similar requests again and again, never the same: the second round may draft fro
   JSON output: a JSON-schema-constrained object with nothing to copy.
 Batch 1 sends a workload's requests one at a time (tok/s: the decode time after the first token); batch 8 sends
 them at once, their prompts cached first (tok/s: the batch's output over its wall time). Every method runs with
-the defaults (--speculative-adaptive on: it speculates only where it measures that it pays). Reported per workload
+the defaults (--speculative-adaptive on: it speculates only where it measures that it pays); draft-model is
+--speculative-draft-model (--draft-model, e.g. Qwen2.5-Coder-0.5B for the 1.5B). Reported per workload
 and batch: tok/s, the ratio against none, the acceptance, and the share of decode steps speculation sat out.
 """
 
@@ -24,7 +26,9 @@ import time
 
 from harness import cpu_description, decode_tok_s, save_result
 
+from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.engine import Engine
+from radixlm.runtime.model.loader import load_for
 
 CODE = '''import math
 
@@ -126,7 +130,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], choices=[1, 8])
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--methods", nargs="+", default=["none", "ngram", "suffix"],
-                    choices=["none", "ngram", "suffix", "draft"])
+                    choices=["none", "ngram", "suffix", "draft", "draft-model"])
+    ap.add_argument("--draft-model", default=None, help="the draft-model method's draft (a model name or file)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: its own)")
     ap.add_argument("--workloads", nargs="+", default=None)
@@ -135,7 +140,13 @@ def main() -> None:
     base = Engine(args.model, progress=False) if args.model else Engine(progress=False)
     extra = {} if args.draft_tokens is None else {"speculative_num_draft_tokens": args.draft_tokens}
     engines = {m: base if m == "none" else Engine.from_model(base.model, base.tokenizer, speculative_algorithm=m,
-                                                               **extra) for m in args.methods}
+                                                               **extra) for m in args.methods if m != "draft-model"}
+    if "draft-model" in args.methods:
+        if args.draft_model is None:
+            ap.error("--methods draft-model needs --draft-model")
+        draft = load_for(EngineConfig.from_flat(model=args.draft_model), progress=False)[1]
+        engines["draft-model"] = Engine.from_model(base.model, base.tokenizer, draft=draft,
+                                                   speculative_algorithm="draft", **extra)
     chosen = {k: v for k, v in workloads().items() if args.workloads is None or k in args.workloads}
     run_batch1(base, list(chosen.values())[0][:1], 8)  # warm-up
     rows = []

@@ -195,8 +195,10 @@ class SpeculativeConfig:
                                                  "namespace (0: the request's own tokens only)")
     speculative_adaptive: bool = _opt(True, "measure tokens a second with and without speculation at each batch "
                                       "size and speculate only where it pays")
-    speculative_draft_model: str | None = _opt(None, "draft speculation: a separate draft model (not supported "
-                                               "yet: leave unset for self-speculation)")
+    speculative_draft_model: str | None = _opt(None, "draft speculation with a separate draft model (a GGUF file, "
+                                               "folder or catalog name sharing the model's tokenizer, e.g. "
+                                               "Qwen2.5-Coder-0.5B for the 1.5B); implies --speculative-algorithm "
+                                               "draft; unset: the model's own first layers draft")
     speculative_draft_layers: int = _opt(8, "draft speculation: layers of the model the self-draft runs")
     speculative_min_accept_rate: float = _opt(0.3, "a request whose recent acceptance is below this stops "
                                               "speculating for a while")
@@ -212,8 +214,10 @@ class SpeculativeConfig:
             raise ValueError(f"speculative ngram sizes must satisfy 1 <= min <= max, got "
                              f"{self.speculative_ngram_min}, {self.speculative_ngram_max}")
         if self.speculative_draft_model is not None:
-            raise ValueError("speculative_draft_model: a separate draft model is not supported yet; use "
-                             "--speculative-algorithm draft with --speculative-draft-layers (self-speculation)")
+            if self.speculative_algorithm not in (None, "draft"):
+                raise ValueError(f"speculative_draft_model: needs --speculative-algorithm draft, got "
+                                 f"{self.speculative_algorithm!r}")
+            object.__setattr__(self, "speculative_algorithm", "draft")  # (frozen: the one implied value)
 
 
 @dataclass(frozen=True)
@@ -285,6 +289,8 @@ class EngineConfig:
         if self.execution.enable_torch_compile and (self.parallel.tp_size > 1 or self.execution.device == "cuda"):
             raise ValueError("enable_torch_compile compiles the CPU decode step of one process (tp_size 1); on "
                              "CUDA decode batches replay CUDA graphs instead")
+        if self.speculative.speculative_draft_model is not None and self.parallel.tp_size > 1:
+            raise ValueError("speculative_draft_model is not supported with tp_size > 1 yet")
         if self.cache.kv_disk_path is not None and self.parallel.tp_size > 1:
             raise ValueError("kv_disk_path is not supported with tp_size > 1 yet (each rank holds a share of the KV)")
         page, sched = self.cache.page_size, self.scheduler

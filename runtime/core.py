@@ -18,10 +18,12 @@ from radixlm.radix_cache.disk import DiskStore
 from radixlm.runtime.config import EngineConfig
 from radixlm.runtime.decode.text import ids_to_text
 from radixlm.runtime.execute import Executor
+from radixlm.runtime.execute.draft_model import DraftModelProposer
 from radixlm.runtime.kv.cache_manager import KVCacheManager
 from radixlm.runtime.kv.disk_tier import DiskTier
 from radixlm.runtime.messages import GenerateReq
 from radixlm.runtime.model.distributed import PlanBroadcaster
+from radixlm.runtime.model.draft import check_vocabulary, draft_runner, load_draft, vocabulary
 from radixlm.runtime.model.kv_fingerprint import kv_fingerprint
 from radixlm.runtime.model.llama import LlamaForCausalLM
 from radixlm.runtime.model.loader import load_for, resolve_quantization
@@ -47,13 +49,14 @@ class EngineCore:
     (tests use a tiny random one; the tokenizer is optional). ``tp_group``: rank 0 of a tensor-parallel group."""
 
     def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM | None = None, tokenizer=None, *,
-                 tp_group=None, progress: bool = True) -> None:
+                 tp_group=None, progress: bool = True, draft: LlamaForCausalLM | None = None) -> None:
         if cfg.parallel.tp_size > 1 and tp_group is None:
             raise ValueError("tp_size > 1 runs in the server (radixlm serve --tp-size N), not in-process")
-        self._load_tokenizer, model_path = None, None
+        self._load_tokenizer, model_path, target_vocab = None, None, None
         if model is None:
             files, model, dtype, cfg = load_for(cfg, progress=progress)
             model_path = getattr(files, "path", None)
+            target_vocab = vocabulary(files) if cfg.speculative.speculative_draft_model else None
             # decoding and the eos id need only the cached Rust tokenizer: transformers' (its import is most
             # of the load) waits for a request that needs it (jump-forward's encode, a grammar's vocabulary)
             light = files.light_tokenizer()
@@ -82,8 +85,21 @@ class EngineCore:
         encode = self.encode if self.has_tokenizer else None
         self.scheduler = Scheduler(cfg, self.cache, self.max_context, self.decode, encode,
                                    self.grammar_cache if self.has_tokenizer else None)
-        self.executor = Executor(self.runner.forward, self.runner.fused_steps, self.runner.cpu_isa, cfg.speculative)
+        self.executor = Executor(self.runner.forward, self.runner.fused_steps, self.runner.cpu_isa, cfg.speculative,
+                                 self._draft_proposer(cfg, draft, target_vocab, progress))
         self._seed_rng = torch.Generator().manual_seed(cfg.decoding.random_seed)
+
+    def _draft_proposer(self, cfg: EngineConfig, draft: LlamaForCausalLM | None, target_vocab, progress: bool
+                        ) -> DraftModelProposer | None:
+        """The separate draft model's proposer: ``draft`` (built in-process), else --speculative-draft-model's."""
+        if draft is None and cfg.speculative.speculative_draft_model is None:
+            return None
+        if draft is None:
+            draft = load_draft(cfg, target_vocab, self.model, progress)
+        else:
+            check_vocabulary(draft, self.model, None, None)
+        self.draft_runner, valid = draft_runner(draft, cfg, self.dtype, self.runner)
+        return DraftModelProposer(self.draft_runner.forward, valid, self.runner.req_to_token.table)
 
     @property
     def tokenizer(self):

@@ -26,10 +26,12 @@ class Engine:
         self._setup()
 
     @classmethod
-    def from_model(cls, model: LlamaForCausalLM, tokenizer=None, **config: Any) -> Engine:
-        """An engine around an already built model (tests use a tiny random one; tokenizer optional)."""
+    def from_model(cls, model: LlamaForCausalLM, tokenizer=None, draft: LlamaForCausalLM | None = None,
+                   **config: Any) -> Engine:
+        """An engine around an already built model (tests use a tiny random one; tokenizer optional), with a
+        built draft model for speculation where given (--speculative-algorithm draft)."""
         self = cls.__new__(cls)
-        self.core = EngineCore(EngineConfig.from_flat(**config), model, tokenizer)
+        self.core = EngineCore(EngineConfig.from_flat(**config), model, tokenizer, draft=draft)
         self._setup()
         return self
 

@@ -95,12 +95,14 @@ class PromptLogprobs:
 class StepResult:
     """The executor's answer to a plan: ``sampled[i]`` for plan.sampled[i]; ``prompt_logprobs[i]`` for
     plan.entries[i] (None: not asked); ``drafts``: the drafts verified (verify mode); ``seconds``: how long the
-    forward passes and sampling took."""
+    forward passes and sampling took; ``catch_up_seconds``: of those, the draft model's catch-up on tokens it
+    had not seen (a prompt's, once a request: its prefill, not a cost of each speculative step)."""
 
     sampled: list[Sampled] = field(default_factory=list)
     prompt_logprobs: list[PromptLogprobs | None] = field(default_factory=list)
     drafts: list[list[int]] | None = None
     seconds: float = 0.0
+    catch_up_seconds: float = 0.0
 
 
 @dataclass

@@ -124,7 +124,7 @@ def test_sampling_distribution_is_unchanged(sp):
 def test_config_errors():
     with pytest.raises(ValueError, match="speculative_algorithm"):
         Engine.from_model(random_model(SMALL), speculative_algorithm="medusa")
-    with pytest.raises(ValueError, match="not supported yet"):
+    with pytest.raises(ValueError, match="speculative_draft_model: model: path '/x' does not exist"):
         Engine.from_model(random_model(SMALL), speculative_algorithm="draft", speculative_draft_model="/x")
 
 

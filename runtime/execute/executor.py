@@ -17,6 +17,7 @@ from radixlm.runtime.batch import ForwardBatch, make_decode_batch, make_extend_b
 from radixlm.runtime.config import SpeculativeConfig
 from radixlm.runtime.decode.logprobs import prompt_logprobs
 from radixlm.runtime.decode.speculative.proposers import cut_by_grammar
+from radixlm.runtime.execute.draft_model import DraftModelProposer
 from radixlm.runtime.execute.sampler import sample
 from radixlm.runtime.execute.self_draft import SelfDraftProposer
 from radixlm.runtime.execute.steps import GroupedSteps, run_steps
@@ -30,10 +31,15 @@ class Executor:
     radixlm's C++ CPU kernels the sampler uses (None: torch's ops)."""
 
     def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], fused_steps: GroupedSteps | None = None,
-                 cpu_isa: int | None = None, speculative: SpeculativeConfig | None = None) -> None:
+                 cpu_isa: int | None = None, speculative: SpeculativeConfig | None = None,
+                 draft_model: DraftModelProposer | None = None) -> None:
+        """``draft_model``: the separate draft model's proposer (--speculative-draft-model), which replaces the
+        self-draft of the "draft" algorithm."""
         self.forward, self.fused_steps, self.cpu_isa = forward, fused_steps, cpu_isa
+        self.draft_model = draft_model
         self.self_draft = SelfDraftProposer(forward, speculative.speculative_draft_layers) \
-            if speculative is not None and speculative.speculative_algorithm == "draft" else None
+            if speculative is not None and speculative.speculative_algorithm == "draft" and draft_model is None \
+            else None
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> StepResult:
@@ -79,9 +85,14 @@ class Executor:
     def _verify(self, plan: StepPlan) -> StepResult:
         """Each request's draft (the self-draft's, proposed now in its slots) verified in one extend."""
         drafts = plan.drafts
-        if self.self_draft is not None:
-            proposed = self.self_draft.propose(plan.reqs, drafts, plan.locs)
+        proposer = self.draft_model or self.self_draft
+        if proposer is not None:
+            proposed = proposer.propose(plan.reqs, drafts, plan.locs)
             drafts = [cut_by_grammar(r, d) for r, d in zip(plan.reqs, proposed, strict=True)]
         logits = self.forward(make_verify_batch(plan.reqs, drafts, plan.locs))
         rows = list(logits.split([1 + len(d) for d in drafts]))
-        return StepResult(verify(rows, plan.reqs, drafts, self.cpu_isa), drafts=drafts)
+        sampled = verify(rows, plan.reqs, drafts, self.cpu_isa)
+        if self.draft_model is None:
+            return StepResult(sampled, drafts=drafts)
+        self.draft_model.rejected(plan.locs, drafts, [len(s.tokens) - 1 for s in sampled])
+        return StepResult(sampled, drafts=drafts, catch_up_seconds=self.draft_model.last_catch_up_s)

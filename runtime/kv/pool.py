@@ -76,6 +76,12 @@ class PageAllocator:
         self.page_size = page_size
         self.num_pages = num_pages
         self._free = list(range(num_pages - 1, 0, -1))  # page 0 reserved; pop() hands out low pages first
+        self._watchers: list[torch.Tensor] = []
+
+    def watch(self, valid: torch.Tensor) -> None:
+        """``valid`` [num_pages * P] bool: a second pool's per-slot flag (a draft model's KV at the same slots),
+        cleared for every slot handed out, whose old contents belong to another token."""
+        self._watchers.append(valid)
 
     @property
     def capacity(self) -> int:
@@ -88,7 +94,13 @@ class PageAllocator:
     def alloc_pages(self, n: int) -> list[int] | None:
         if n > len(self._free):
             return None
-        return [self._free.pop() for _ in range(n)]
+        pages = [self._free.pop() for _ in range(n)]
+        if self._watchers and pages:
+            p = self.page_size
+            slots = (torch.tensor(pages).unsqueeze(1) * p + torch.arange(p)).reshape(-1)
+            for valid in self._watchers:
+                valid[slots] = False
+        return pages
 
     def free_slots(self, slots: list[int]) -> None:
         """Free the pages that hold ``slots`` (which must be whole pages, or a request's partial last page)."""

@@ -30,7 +30,10 @@ class ModelRunner:
     torch's ops). They run the quantized matmuls, the decode / extend attention where it fits, RMSNorm and
     silu * up on the eager path (prefill), and the grammar bitmask (sampler.apply_grammars)."""
 
-    def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype) -> None:
+    def __init__(self, model: LlamaForCausalLM, config: EngineConfig, dtype: torch.dtype,
+                 slots_of: ModelRunner | None = None) -> None:
+        """``slots_of``: a runner whose slots this one shares (a draft model's): its allocator and request table,
+        and a pool of as many slots, so that slot s holds token s's KV in both pools."""
         self.model, self.plan_sink = model, None
         self.device = next(model.parameters()).device
         self.cpu_isa = cpu_ext.resolve(config.execution.cpu_kernels) if self.device.type == "cpu" else None
@@ -42,7 +45,7 @@ class ModelRunner:
                      self.weight_arena.nbytes / 1e6, self.weight_arena.huge_pages)
         cfg = model.cfg
         self.max_context = min(config.load.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        self._build_pool(config, dtype)
+        self._build_pool(config, dtype, slots_of)
         num_q_heads = model.layers[0].self_attn.num_heads if cfg.num_layers else cfg.num_heads
         windows = [cfg.window(i) for i in range(cfg.num_layers)]
         windowed = any(w is not None for w in windows)  # (Gemma 3) torch's attention; no fused layers
@@ -74,19 +77,23 @@ class ModelRunner:
             self.graphs = DecodeGraphs(model, self.backend, self.req_to_token.dummy_row,
                                        min(config.execution.cuda_graph_max_bs, config.scheduler.max_running_requests))
 
-    def _build_pool(self, config: EngineConfig, dtype: torch.dtype) -> None:
+    def _build_pool(self, config: EngineConfig, dtype: torch.dtype, slots_of: ModelRunner | None) -> None:
         """The KV pool (sized from the memory budget, the same on every TP rank), its allocator and the
-        request -> slot table."""
+        request -> slot table (``slots_of``'s allocator and table, and a pool of its size)."""
         cfg, page = self.model.cfg, config.cache.page_size
         kv_heads = self.model.layers[0].self_attn.num_kv_heads if cfg.num_layers else cfg.num_kv_heads
-        tokens, self.kv_sized_by = self.pool_tokens(config, dtype)
-        num_pages = tokens // page + 1  # + the reserved page 0
         self.backend_name = resolve_backend(config.execution.attention_backend, self.device)
-        self.allocator = PageAllocator(num_pages, page)
+        if slots_of is not None:
+            self.kv_sized_by, self.allocator, self.req_to_token = "shared", slots_of.allocator, slots_of.req_to_token
+            num_pages = self.allocator.num_pages
+        else:
+            tokens, self.kv_sized_by = self.pool_tokens(config, dtype)
+            num_pages = tokens // page + 1  # + the reserved page 0
+            self.allocator = PageAllocator(num_pages, page)
+            self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page,
+                                               self.device)
         self.pool = KVPool(cfg, num_pages * page, dtype, kv_heads, self.device,
                            head_major=self.backend_name != "flashinfer")
-        self.req_to_token = ReqToTokenPool(config.scheduler.max_running_requests + 2, self.max_context + page,
-                                           self.device)
 
     @property
     def weight_arena(self) -> WeightArena | None:

@@ -70,7 +70,8 @@ class Postprocessor:
                 self.cache.truncate(req, req.kv_len)
         if s.speculation is not None:  # the whole step's time: drafting and Python work count, not the forward alone
             made = sum(len(r.output_ids) - start for r, start in zip(plan.reqs, starts, strict=True))
-            s.speculation.observe(plan.mode, len(plan.reqs), made, time.monotonic() - s.step_started)
+            took = time.monotonic() - s.step_started - result.catch_up_seconds
+            s.speculation.observe(plan.mode, len(plan.reqs), made, took)
         return self._finish(plan.reqs, starts)
 
     def _append(self, reqs: list[Req], sampled: list[Sampled], fed: bool) -> list[int]:

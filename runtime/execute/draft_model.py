@@ -1,0 +1,94 @@
+"""Speculation with a separate draft model: a smaller model of the same vocabulary drafts, greedily.
+
+The draft keeps its KV in a pool of its own at the target's slot indices (its runner shares the target's
+allocator and request table: ModelRunner(slots_of=...)), so a request's row, the radix tree's prefixes and
+the disk tier's loads name the same slots for both models. ``valid`` [slots] says which slots hold the
+draft's KV for the token the target holds there; the allocator clears it for every slot it hands out.
+
+Each request's draft KV catches up on the positions from its first slot the draft lacks (a new prompt, a
+prefix computed by the target alone, tokens decoded without speculation, the last token kept by the
+verify) in the first draft step, an extend through the request's last token; then the draft feeds its own
+guesses, one decode step each, into the slots the scheduler planned for the verify. The draft never decides a token: the target verifies every
+position as it would decode it, so a stale or poor draft costs acceptance, never exactness.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
+from radixlm.runtime.execute.sampler import argmax_rows
+from radixlm.runtime.request import Req
+
+CHUNK = 1024  # most positions of one request a catch-up extend runs
+LAG_IN_STEP = 8  # a lag up to this many positions is run inside the first draft step, not caught up apart
+
+
+class DraftModelProposer:
+    def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], valid: torch.Tensor,
+                 table: torch.Tensor) -> None:
+        """``forward``: the draft runner's; ``valid`` [slots] bool; ``table``: the request -> slot table."""
+        self.forward, self.valid, self.table = forward, valid, table
+        self.caught_up_tokens = 0  # positions run through the draft to catch up, since start
+        self.last_catch_up_s = 0.0  # seconds the last propose spent catching up
+
+    def propose(self, reqs: list[Req], ks: list[int], locs: list[torch.Tensor]) -> list[list[int]]:
+        """Up to ks[i] greedy draft tokens for request i, written into locs[i][:ks[i]] of the draft's pool.
+
+        The first draft step is one extend a request over the positions its draft KV lacks, through its last
+        token (in steady state the one drafted token the verify kept last time, then the last token); a lag
+        longer than ``LAG_IN_STEP`` (a prompt, or tokens decoded without speculation) is caught up before,
+        timed apart (``last_catch_up_s``). Then one decode step per further draft token."""
+        live = [i for i, k in enumerate(ks) if k > 0]
+        t0 = time.perf_counter()
+        self._catch_up([reqs[i] for i in live if reqs[i].kv_len - self._first_missing(reqs[i]) > LAG_IN_STEP])
+        self.last_catch_up_s = time.perf_counter() - t0
+        drafts: list[list[int]] = [[] for _ in reqs]
+        if not live:
+            return drafts
+        entries = []
+        for i in live:
+            r = reqs[i]
+            start = self._first_missing(r)
+            entries.append(ExtendEntry(r, start, r.kv_len + 1 - start, self.table[r.row, start:r.kv_len + 1].clone(),
+                                       [r.kv_len]))
+        for i, t in zip(live, argmax_rows(self.forward(make_extend_batch(entries))).tolist(), strict=True):
+            drafts[i].append(t)
+        self.valid[torch.cat([e.loc for e in entries])] = True
+        for j in range(1, max(ks)):
+            step = [i for i in live if ks[i] > j]
+            step_locs = [locs[i][j:j + 1] for i in step]
+            batch = make_decode_batch([reqs[i] for i in step], step_locs, [drafts[i][-1] for i in step], offset=j)
+            for i, t in zip(step, argmax_rows(self.forward(batch)).tolist(), strict=True):
+                drafts[i].append(t)
+            self.valid[torch.cat(step_locs)] = True
+        return drafts
+
+    def _first_missing(self, r: Req) -> int:
+        """The first of positions [0, kv_len) whose slot lacks the draft's KV (kv_len: none)."""
+        missing = (~self.valid[self.table[r.row, : r.kv_len]]).nonzero()
+        return int(missing[0]) if missing.numel() else r.kv_len
+
+    def rejected(self, locs: list[torch.Tensor], drafts: list[list[int]], accepted: list[int]) -> None:
+        """The draft's KV at rejected positions names tokens the target did not keep."""
+        for loc, d, n in zip(locs, drafts, accepted, strict=True):
+            if n < len(d):
+                self.valid[loc[1 + n:1 + len(d)]] = False
+
+    def _catch_up(self, reqs: list[Req]) -> None:
+        """Run positions [first slot the draft lacks, kv_len) of each request through the draft, in extends of
+        at most ``CHUNK`` positions a request (a long prompt's catch-up is chunked like its prefill)."""
+        starts = {r: self._first_missing(r) for r in reqs}
+        while starts:
+            entries = []
+            for r, start in starts.items():
+                n = min(r.kv_len - start, CHUNK)
+                entries.append(ExtendEntry(r, start, n, self.table[r.row, start:start + n].clone(), [start + n - 1]))
+            self.forward(make_extend_batch(entries))
+            for e in entries:
+                self.valid[e.loc] = True
+                self.caught_up_tokens += e.n
+            starts = {e.req: e.start + e.n for e in entries if e.start + e.n < e.req.kv_len}

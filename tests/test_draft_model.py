@@ -1,0 +1,122 @@
+"""Speculation with a separate draft model (--speculative-draft-model): the output is bitwise the target's
+alone (greedy, seeded, logprobs, grammar), in a continuous batch with chunked prefill and the radix cache; a
+draft whose vocabulary is not the target's is refused at start. On a tiny invariant Llama, and on the real
+Qwen2.5-Coder-0.5B drafting for itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import pytest
+import torch
+
+from radixlm.kernels import cpu_ext
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.model.loader import random_model
+
+from .conftest import TINY, catalog_file
+
+pytestmark = pytest.mark.skipif(not cpu_ext.available(), reason="radixlm's CPU kernels did not build")
+HEAD64 = dataclasses.replace(TINY, num_heads=2, num_kv_heads=1, head_dim=64, hidden_size=128,
+                             max_position_embeddings=1024)
+PREFIX = [(7 * j + 3) % 250 for j in range(150)]
+PROMPTS = [PREFIX + [(5 * j + s) % 250 for j in range(n)] for s, n in ((1, 3), (2, 40), (3, 90))] + [[9, 8, 7] * 20]
+PARAMS = [{"temperature": 0, "max_new_tokens": 24, "ignore_eos": True},
+          {"temperature": 0.9, "top_p": 0.9, "seed": 7, "max_new_tokens": 24, "ignore_eos": True,
+           "frequency_penalty": 0.4}]
+
+
+@functools.cache
+def target():
+    return random_model(HEAD64, dtype=torch.bfloat16, seed=0)
+
+
+def engine(draft=None, **extra) -> Engine:
+    spec = {"speculative_algorithm": "draft", "speculative_adaptive": False} if draft is not None else {}
+    return Engine.from_model(target(), None, draft=draft, max_total_tokens=4096, check_invariants=True,
+                             **spec, **extra)
+
+
+def outputs(e: Engine, params: dict) -> list[tuple]:
+    outs = e.generate(input_ids=PROMPTS, sampling_params=params, return_logprob=True, top_logprobs_num=2)
+    return [(o["output_ids"], o["meta_info"]["output_token_logprobs"], o["meta_info"]["output_top_logprobs"])
+            for o in outs]
+
+
+@pytest.fixture(scope="module")
+def alone():
+    e = engine()
+    yield {i: outputs(e, p) for i, p in enumerate(PARAMS)}
+    e.shutdown()
+
+
+@pytest.mark.parametrize("i", range(len(PARAMS)))
+@pytest.mark.parametrize("draft_seed, layers", [(0, 2), (5, 1)])
+def test_output_is_the_targets_alone(alone, i, draft_seed, layers):
+    """A draft with the target's weights (it is always right) and a poor one: the same tokens and logprobs,
+    batched, with 64-token chunks."""
+    draft = random_model(dataclasses.replace(HEAD64, num_layers=layers), dtype=torch.bfloat16, seed=draft_seed)
+    e = engine(draft, chunked_prefill_size=64)
+    assert outputs(e, PARAMS[i]) == alone[i]
+    st = e.scheduler.speculation.stats
+    assert st["spec_verify_steps"] > 0
+    if draft_seed == 0 and i == 0:
+        assert st["spec_accepted_tokens"] == st["spec_draft_tokens"]  # greedy: the target's own argmax
+    e.shutdown()
+
+
+def test_the_draft_shares_cached_prefixes(alone):
+    """A prefix another request computed is in the draft's pool too: the draft catches up only what is new."""
+    e = engine(random_model(dataclasses.replace(HEAD64, num_layers=1), dtype=torch.bfloat16, seed=0))
+    proposer = e.core.executor.draft_model
+    e.generate(input_ids=PROMPTS[0], sampling_params=PARAMS[0])
+    before = proposer.caught_up_tokens
+    out = e.generate(input_ids=PROMPTS[1], sampling_params=PARAMS[0], return_logprob=True, top_logprobs_num=2)
+    assert out["meta_info"]["cached_tokens"] >= 150
+    assert proposer.caught_up_tokens - before < len(PROMPTS[1]) - 100  # not the shared 150 again
+    assert out["output_ids"] == alone[0][1][0]
+    e.shutdown()
+
+
+def test_a_draft_of_another_vocabulary_is_refused():
+    other = random_model(dataclasses.replace(HEAD64, vocab_size=300), dtype=torch.bfloat16, seed=0)
+    with pytest.raises(ValueError, match="speculative_draft_model"):
+        engine(other)
+    with pytest.raises(ValueError, match="speculative_draft_model: needs --speculative-algorithm draft"):
+        Engine.from_model(target(), None, speculative_algorithm="ngram", speculative_draft_model="x.gguf")
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return catalog_file("qwen2.5-coder-0.5b")
+
+
+def test_qwen_drafting_for_itself_is_exact(qwen):
+    """The 0.5B with itself as the draft: greedy, seeded and JSON-schema answers with logprobs, token for token."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    asks = [("Write a Python function that reverses a list.", {}),
+            ("Invent a person as JSON.", {"json_schema": json.dumps(schema)}),
+            ("Name three colors.", {"temperature": 0.8, "seed": 3})]
+
+    def run(e: Engine) -> list[tuple]:
+        outs = [e.chat([{"role": "user", "content": q}], {"temperature": 0, "max_new_tokens": 40, **extra},
+                       return_logprob=True) for q, extra in asks]
+        return [(o["output_ids"], o["meta_info"]["output_token_logprobs"]) for o in outs]
+
+    plain = Engine(qwen, max_total_tokens=2048)
+    expected = run(plain)
+    plain.shutdown()
+    e = Engine(qwen, max_total_tokens=2048, speculative_draft_model=qwen, speculative_adaptive=False)
+    assert e.config.speculative.speculative_algorithm == "draft"
+    assert run(e) == expected
+    st = e.scheduler.speculation.stats
+    assert st["spec_accepted_tokens"] >= 0.9 * st["spec_draft_tokens"] > 0
+    e.shutdown()
+
+
+def test_qwen_refuses_gemmas_vocabulary(qwen):
+    with pytest.raises(ValueError, match="speculative_draft_model"):
+        Engine(qwen, max_total_tokens=1024, speculative_draft_model=catalog_file("gemma-3-270m"))
