@@ -92,6 +92,7 @@ class EngineCore:
     def _draft_proposer(self, cfg: EngineConfig, draft: LlamaForCausalLM | None, target_vocab, progress: bool
                         ) -> DraftModelProposer | None:
         """The separate draft model's proposer: ``draft`` (built in-process), else --speculative-draft-model's."""
+        self.draft_runner: ModelRunner | None = None
         if draft is None and cfg.speculative.speculative_draft_model is None:
             return None
         if draft is None:

@@ -236,3 +236,5 @@ class Engine:
         if not self._shut_down:
             self._shut_down = True
             self.runner.release()
+            if self.core.draft_runner is not None:
+                self.core.draft_runner.release()
