@@ -40,6 +40,7 @@ class SamplingParams(msgspec.Struct, kw_only=True, frozen=True):
     seed: int | None = None
     n: int = 1
     logit_bias: dict[int, float] | None = None
+    speculative: bool = True  # False: this request never speculates, whatever the server's method
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
@@ -85,7 +86,8 @@ class SamplingParams(msgspec.Struct, kw_only=True, frozen=True):
                   ("stop_token_ids", all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
                    "must be token ids"),
                   ("seed", self.seed is None or isinstance(self.seed, int) and not isinstance(self.seed, bool),
-                   "must be an integer"))
+                   "must be an integer"),
+                  ("speculative", isinstance(self.speculative, bool), "must be true or false"))
         for name, ok, why in checks:
             if not ok:
                 raise bad(name, why)

@@ -120,3 +120,12 @@ def test_qwen_drafting_for_itself_is_exact(qwen):
 def test_qwen_refuses_gemmas_vocabulary(qwen):
     with pytest.raises(ValueError, match="speculative_draft_model"):
         Engine(qwen, max_total_tokens=1024, speculative_draft_model=catalog_file("gemma-3-270m"))
+
+
+def test_a_request_may_choose_not_to_speculate(alone):
+    e = engine(random_model(dataclasses.replace(HEAD64, num_layers=1), dtype=torch.bfloat16, seed=0))
+    assert outputs(e, {**PARAMS[0], "speculative": False}) == alone[0]
+    assert e.scheduler.speculation.stats["spec_draft_tokens"] == 0
+    with pytest.raises(ValueError, match="sampling_params.speculative must be true or false"):
+        e.generate(input_ids=PROMPTS[0], sampling_params={"speculative": "no"})
+    e.shutdown()

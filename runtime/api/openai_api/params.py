@@ -27,6 +27,6 @@ def sampling_from(req: SamplingExtras, max_tokens: int | None) -> dict[str, Any]
         "stop": [req.stop] if isinstance(req.stop, str) else (req.stop or []),
         "stop_token_ids": req.stop_token_ids or [], "ignore_eos": req.ignore_eos, "min_new_tokens": req.min_tokens,
         "skip_special_tokens": req.skip_special_tokens, "logit_bias": req.logit_bias or None, "n": req.n,
-        "seed": req.seed,
+        "seed": req.seed, "speculative": req.speculative,
         "regex": req.regex, "ebnf": req.ebnf, "json_schema": req.json_schema,
     }

@@ -108,6 +108,8 @@ class SpecPolicy:
         return [len(p) if isinstance(p, list) else p for p in plan]
 
     def _budget(self, req: Req) -> int:
+        if not req.params.speculative:  # the request's own choice
+            return 0
         st = spec_state(req)
         if st.cooldown > 0:
             st.cooldown -= 1
