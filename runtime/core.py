@@ -87,6 +87,8 @@ class EngineCore:
                                    self.grammar_cache if self.has_tokenizer else None)
         self.executor = Executor(self.runner.forward, self.runner.fused_steps, self.runner.cpu_isa, cfg.speculative,
                                  self._draft_proposer(cfg, draft, target_vocab, progress))
+        if self.executor.draft_model is not None:  # its probes spare requests whose prompt it has not run
+            self.scheduler.speculation.draft_model = True
         self._seed_rng = torch.Generator().manual_seed(cfg.decoding.random_seed)
 
     def _draft_proposer(self, cfg: EngineConfig, draft: LlamaForCausalLM | None, target_vocab, progress: bool

@@ -129,3 +129,25 @@ def test_a_request_may_choose_not_to_speculate(alone):
     with pytest.raises(ValueError, match="sampling_params.speculative must be true or false"):
         e.generate(input_ids=PROMPTS[0], sampling_params={"speculative": "no"})
     e.shutdown()
+
+
+def test_a_draft_models_probes_spare_requests_it_has_not_run():
+    """Where speculation measured slower, a probe with a draft model takes only requests that speculated
+    before: a new one would first run its whole prompt through the draft, for a step that is only a probe."""
+    from radixlm.runtime.config import SpeculativeConfig
+    from radixlm.runtime.decode.speculative.policy import SpecPolicy
+    from radixlm.runtime.decode.speculative.proposers import spec_state
+
+    e = engine(random_model(dataclasses.replace(HEAD64, num_layers=1), dtype=torch.bfloat16, seed=0))
+    old, new = (e.core.make_req(m) for m in e.build(input_ids=[PROMPTS[0], PROMPTS[1]], sampling_params=PARAMS[0]))
+    spec_state(old).verify_steps = 3
+    policy = SpecPolicy(SpeculativeConfig(speculative_algorithm="draft"), max_context=1024)
+    policy.draft_model = True
+    policy.pays.observe("verify", 2, 10, 1.0)
+    policy.pays.observe("decode", 2, 100, 1.0)  # speculation far slower at this batch size
+    plans = [policy.plan([old, new]) for _ in range(64)]
+    probes = [p for p in plans if p is not None]
+    assert probes and all(p[0] > 0 and p[1] == 0 for p in probes)
+    policy.draft_model = False
+    assert any(p is not None and p[1] > 0 for p in (policy.plan([old, new]) for _ in range(64)))
+    e.shutdown()

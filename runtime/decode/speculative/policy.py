@@ -64,6 +64,10 @@ class PayCheck:
         far = spec is not None and plain is not None and max(spec, plain) > 1.5 * min(spec, plain)
         return faster != (self.steps % (self.probe_every * (4 if far else 1)) == 0)  # now and then, the other
 
+    def probing(self) -> bool:
+        """The last ``speculate`` chose speculation though it measured slower there: a probe."""
+        return self._faster(self.batch) is False
+
     def _faster(self, cls: int) -> bool | None:
         """Whether speculation beats plain decoding by MARGIN at this size class, or where it is not measured
         both ways, at the nearest class that is (None: at none)."""
@@ -84,6 +88,7 @@ class SpecPolicy:
                                      cfg.speculative_suffix_min_share, cfg.speculative_suffix_memory_tokens) \
             if alg == "suffix" else None
         self.pays = PayCheck() if cfg.speculative_adaptive else None
+        self.draft_model = cfg.speculative_draft_model is not None  # (a draft model built in-process: core sets it)
         self.stats = {"spec_verify_steps": 0, "spec_draft_tokens": 0, "spec_accepted_tokens": 0,
                       "spec_off_steps": 0}
 
@@ -95,6 +100,12 @@ class SpecPolicy:
             self.stats["spec_off_steps"] += 1
             return None
         budgets = [self._budget(r) for r in reqs]
+        if self.draft_model and self.pays is not None and self.pays.probing():
+            # a draft model first runs a request's whole prompt: a probe takes only requests it has run before
+            budgets = [b if spec_state(r).verify_steps else 0 for r, b in zip(reqs, budgets, strict=True)]
+            if not any(budgets):
+                self.stats["spec_off_steps"] += 1
+                return None
         if self.ngram is not None:
             drafts = self.ngram.propose(reqs, budgets)
         elif self.suffix is not None:
