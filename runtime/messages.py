@@ -305,3 +305,8 @@ encode = _encoder.encode
 
 def decoder(kind) -> msgspec.msgpack.Decoder:
     return msgspec.msgpack.Decoder(kind)
+
+
+def as_json(msg: msgspec.Struct | None) -> dict[str, Any] | None:
+    """A message as JSON-able builtins, nested structs included, without its tag (for the HTTP answers)."""
+    return None if msg is None else {k: v for k, v in msgspec.to_builtins(msg).items() if k != "type"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -18,6 +17,7 @@ from radixlm.runtime.api.openai_api import routes as openai_routes
 from radixlm.runtime.api.responses import routes as responses_routes
 from radixlm.runtime.api.scheduler_client import RequestFailed
 from radixlm.runtime.api.serving import Serving
+from radixlm.runtime.messages import as_json
 
 
 def error_response(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -130,9 +130,7 @@ def add_admin_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]
 
     @app.get("/server_info")
     async def info():
-        stats = client.stats
-        return {**server_info, "stats": None if stats is None else
-                {k: v for k, v in msgspec.to_builtins(stats).items() if k != "type"}}  # (the message tag)
+        return {**server_info, "stats": as_json(client.stats)}
 
     @app.post("/flush_cache")
     async def flush_cache():

@@ -12,14 +12,13 @@ import functools
 import os
 from typing import Any
 
-import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse
 
 from radixlm.radix_cache.snapshot import MAX_DEPTH, MAX_TOP
 from radixlm.runtime.api.errors import ApiError
 from radixlm.runtime.api.serving import Serving
-from radixlm.runtime.messages import CacheViewResp
+from radixlm.runtime.messages import CacheViewResp, as_json
 
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 PAGES = {"/": "playground.html", "/playground": "playground.html", "/dashboard": "dashboard.html"}
@@ -76,9 +75,7 @@ def add_routes(app: FastAPI, serving: Serving, server_info: dict[str, Any]) -> N
     @app.get("/cache/stats")
     async def cache_stats(request: Request):
         last = int_param(request, "last", 300, 1, 300)
-        s = client.stats
-        now = None if s is None else {k: v for k, v in msgspec.to_builtins(s).items() if k != "type"}
-        return {"now": now, "series": client.series.recent(last), "server": dashboard_info(server_info)}
+        return {"now": as_json(client.stats), "series": client.series.recent(last), "server": dashboard_info(server_info)}
 
     @app.get("/requests")
     async def requests_in_flight(request: Request):
