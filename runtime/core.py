@@ -8,8 +8,6 @@ postprocess (``step``), so the Engine and the server run the very same request t
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from radixlm.constrained import GrammarCache, make_backend
@@ -172,10 +170,9 @@ class EngineCore:
     def step(self) -> list[StepOutput]:
         """One step: the scheduler's plan, the executor's run of it, the scheduler's postprocess."""
         plan = self.scheduler.schedule()
-        t0 = time.perf_counter()
         result = self.executor.run(plan) if plan.mode != "idle" else None
         if plan.mode == "prefill" and self.cache.disk is not None:  # what recomputing costs, for load-or-compute
-            self.cache.disk.note_prefill(sum(e.n for e in plan.entries), time.perf_counter() - t0)
+            self.cache.disk.note_prefill(sum(e.n for e in plan.entries), result.seconds)
         return self.scheduler.postprocess(plan, result)
 
     def has_work(self) -> bool:

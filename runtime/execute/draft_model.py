@@ -8,8 +8,9 @@ draft's KV for the token the target holds there; the allocator clears it for eve
 Each request's draft KV catches up on the positions from its first slot the draft lacks (a new prompt, a
 prefix computed by the target alone, tokens decoded without speculation, the last token kept by the
 verify) in the first draft step, an extend through the request's last token; then the draft feeds its own
-guesses, one decode step each, into the slots the scheduler planned for the verify. The draft never decides a token: the target verifies every
-position as it would decode it, so a stale or poor draft costs acceptance, never exactness.
+guesses, one decode step each, into the slots the scheduler planned for the verify. The draft never decides a
+token: the target verifies every position as it would decode it, so a stale or poor draft costs acceptance,
+never exactness.
 """
 
 from __future__ import annotations
@@ -43,16 +44,18 @@ class DraftModelProposer:
         longer than ``LAG_IN_STEP`` (a prompt, or tokens decoded without speculation) is caught up before,
         timed apart (``last_catch_up_s``). Then one decode step per further draft token."""
         live = [i for i, k in enumerate(ks) if k > 0]
+        starts = {i: self._first_missing(reqs[i]) for i in live}
+        far = {i: s for i, s in starts.items() if reqs[i].kv_len - s > LAG_IN_STEP}
         t0 = time.perf_counter()
-        self._catch_up([reqs[i] for i in live if reqs[i].kv_len - self._first_missing(reqs[i]) > LAG_IN_STEP])
+        self._catch_up({reqs[i]: s for i, s in far.items()})
         self.last_catch_up_s = time.perf_counter() - t0
+        starts.update({i: reqs[i].kv_len for i in far})  # caught up through kv_len
         drafts: list[list[int]] = [[] for _ in reqs]
         if not live:
             return drafts
         entries = []
-        for i in live:
+        for i, start in starts.items():
             r = reqs[i]
-            start = self._first_missing(r)
             entries.append(ExtendEntry(r, start, r.kv_len + 1 - start, self.table[r.row, start:r.kv_len + 1].clone(),
                                        [r.kv_len]))
         for i, t in zip(live, argmax_rows(self.forward(make_extend_batch(entries))).tolist(), strict=True):
@@ -78,10 +81,9 @@ class DraftModelProposer:
             if n < len(d):
                 self.valid[loc[1 + n:1 + len(d)]] = False
 
-    def _catch_up(self, reqs: list[Req]) -> None:
-        """Run positions [first slot the draft lacks, kv_len) of each request through the draft, in extends of
-        at most ``CHUNK`` positions a request (a long prompt's catch-up is chunked like its prefill)."""
-        starts = {r: self._first_missing(r) for r in reqs}
+    def _catch_up(self, starts: dict[Req, int]) -> None:
+        """Run positions [starts[r], kv_len) of each request r through the draft, in extends of at most ``CHUNK``
+        positions a request (a long prompt's catch-up is chunked like its prefill)."""
         while starts:
             entries = []
             for r, start in starts.items():

@@ -61,7 +61,8 @@ class KVCacheManager:
         False: the blocks do not fit the pool now, but will once running requests finish (wait for them)."""
         b, ram = self.disk.block, req.prefix_len
         first = ram // b
-        n = self.disk.run_on_disk(req.namespace, req.fill_ids, first, limit // b)
+        keys = self.disk.keys(req.namespace, req.fill_ids, limit // b)
+        n = self.disk.run_on_disk(keys, first)
         if n == 0 or (first + n) * b <= ram or not self.disk.pays((first + n) * b - ram):
             return True
         start = first * b
@@ -72,7 +73,7 @@ class KVCacheManager:
         p = self.page
         slots = torch.tensor([s for page in self.alloc.alloc_pages(pages) for s in range(page * p, page * p + p)],
                              dtype=torch.int64)
-        end = start + self.disk.load(req.namespace, req.fill_ids, first, n, slots) * b
+        end = start + self.disk.load(keys, req.fill_ids, first, n, slots) * b
         if end <= ram:  # nothing past the RAM prefix loaded
             self.alloc.free_slots(slots.tolist())
             return True

@@ -87,12 +87,9 @@ class DiskTier:
         return full.view(split).permute(order).contiguous().cpu()
 
     # ------------------------------------------------------------ load back
-    def run_on_disk(self, namespace: Hashable, tokens: list[int], first: int, last: int) -> int:
-        """How many consecutive blocks from block ``first`` (up to block ``last``, exclusive) disk holds."""
-        if not self.on or last <= first:
-            return 0
-        keys = self.keys(namespace, tokens, last)
-        return self.store.run_length(keys[first:])
+    def run_on_disk(self, keys: list[bytes], first: int) -> int:
+        """How many consecutive blocks of ``keys`` (``keys`` of one sequence) from block ``first`` disk holds."""
+        return self.store.run_length(keys[first:]) if self.on else 0
 
     def pays(self, tokens: int) -> bool:
         """Loading ``tokens`` is expected to be faster than computing them (true until both are measured)."""
@@ -102,11 +99,10 @@ class DiskTier:
         self.counters.skipped_loads += not ok
         return ok
 
-    def load(self, namespace: Hashable, tokens: list[int], first: int, n: int, slots: torch.Tensor) -> int:
-        """Read blocks [first, first + n) into ``slots`` ([n * block], the blocks' new slots) -> blocks loaded
-        (fewer where one is missing or corrupt: the rest is recomputed)."""
+    def load(self, keys: list[bytes], tokens: list[int], first: int, n: int, slots: torch.Tensor) -> int:
+        """Read blocks [first, first + n) of ``tokens`` (``keys``: its blocks' keys) into ``slots`` ([n * block],
+        the blocks' new slots) -> blocks loaded (fewer where one is missing or corrupt: the rest is recomputed)."""
         t0, b = time.perf_counter(), self.block
-        keys = self.keys(namespace, tokens, first + n)
         payloads = []
         for i in range(first, first + n):
             p = self.store.get(keys[i], tokens[i * b:(i + 1) * b])
