@@ -55,15 +55,16 @@ void check_x(const at::Tensor& x, int64_t k) {
               " (a multiple of 64)");
 }
 
-// y = x W^T [M, N] in x's dtype from a checked weight; after(t0, t1, y) runs on each thread's tiles [t0, t1) as soon
-// as they are done
+// y = x W^T [M, N] in `dtype` (a dense weight's own dtype) from a checked weight; after(t0, t1, y) runs on each
+// thread's tiles [t0, t1) as soon as they are done
 template <typename After>
-at::Tensor tiled_linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa, const After& after) {
+at::Tensor tiled_linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa, at::ScalarType dtype,
+                        const After& after) {
   const int64_t m = x.size(0), k = x.size(1);
   std::vector<char> memory(Activations::bytes(m, k, w.bits) + 64);
   const Activations a = Activations::at(memory.data(), m, k, w.bits);
   at::parallel_for(0, m, 16, [&](int64_t r0, int64_t r1) { prepare_range(x, {r0, r1, 0, k / 64}, a, w.bits, isa); });
-  at::Tensor y = at::empty({m, w.n()}, x.options());
+  at::Tensor y = at::empty({m, w.n()}, x.options().dtype(dtype));
   at::parallel_for(0, w.n() / 16, 4, [&](int64_t t0, int64_t t1) {
     linear_tiles(w, a, t0, t1, y, 0, isa);
     after(t0, t1, y);
@@ -76,14 +77,18 @@ at::Tensor linear(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
   check_weight(w);
   check_x(x, w.k());
   TORCH_CHECK(w.bits != 16 || w.data.scalar_type() == x.scalar_type(), "dense weight: x and w dtypes differ");
-  return tiled_linear(x, w, isa, [](int64_t, int64_t, const at::Tensor&) {});
+  return tiled_linear(x, w, isa, x.scalar_type(), [](int64_t, int64_t, const at::Tensor&) {});
 }
 
 }  // namespace
 
 at::Tensor linear_logits(const at::Tensor& x, const QuantWeightRef& w, int64_t isa) {
+  if (w.bits != 16) {  // the tiles' float32 sums stored as they are: rounding a logit to bfloat16 moves it by up to 2^-9 of
+                       // itself, which costs more fidelity than any other rounding of the quantized path
+    return tiled_linear(x, w, isa, at::kFloat, [](int64_t, int64_t, const at::Tensor&) {});
+  }
   at::Tensor out = at::empty({x.size(0), w.n()}, x.options().dtype(at::kFloat));
-  tiled_linear(x, w, isa, [&](int64_t t0, int64_t t1, const at::Tensor& y) {  // the tiles' columns while in cache
+  tiled_linear(x, w, isa, x.scalar_type(), [&](int64_t t0, int64_t t1, const at::Tensor& y) {  // while in cache
     dispatch_float_bf16(y, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       RADIXLM_ISA_CALL(isa, widen_rows<T>, y.data_ptr<T>(), 0, y.size(0), 16 * t0, 16 * t1, y.size(1),

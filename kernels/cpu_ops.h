@@ -82,8 +82,9 @@ at::Tensor int2_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, int64_t isa);
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t isa);
 at::Tensor int8_rows(const at::Tensor& w, const at::Tensor& d, const at::Tensor& ids, at::ScalarType dtype);
-// The logits of x [M, K] (float32 or bfloat16) against a checked weight: x W^T computed and rounded in x's dtype
-// as the matmul ops give it, returned widened to float32 [M, N] (one op, where the matmul then .float() took two).
+// The logits of x [M, K] (float32 or bfloat16) against a checked weight -> float32 [M, N]: a quantized weight's
+// float32 sums as they are (the matmul ops of x.float() give these bits), a dense one's rounded in its dtype as
+// dense_linear gives them, then widened.
 at::Tensor linear_logits(const at::Tensor& x, const QuantWeightRef& w, int64_t isa);
 // A TORCH_CHECK that logits are float32 [R, N] with contiguous rows and cols (the vocabulary's) within 1-N.
 void check_logits(const at::Tensor& logits, int64_t cols);

@@ -286,8 +286,13 @@ class VocabParallelEmbedding(QuantizableLinear):
         return out
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [R, H] -> logits [R, vocab] in float32 (gathered across ranks)."""
-        out = linear(hidden, self.weight, None, self.quant).float()
+        """hidden [R, H] -> logits [R, vocab] in float32 (gathered across ranks). A quantized head's sums stay
+        float32 (radixlm's kernels quantize bfloat16 and float32 rows alike), as the fused layers' head gives them."""
+        q = self.quant
+        native = q is not None and q.backend == "native" and "dense" not in q.kinds
+        if native and q.preferred(hidden.shape[0], self.weight is not None):
+            hidden = hidden.float()
+        out = linear(hidden, self.weight, None, q).float()
         if self.tp.size > 1:
             parts = [torch.empty_like(out) for _ in range(self.tp.size)]
             torch.distributed.all_gather(parts, out)
