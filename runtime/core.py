@@ -100,7 +100,7 @@ class EngineCore:
         else:
             check_vocabulary(draft, self.model, None, None)
         self.draft_runner, valid = draft_runner(draft, cfg, self.dtype, self.runner)
-        return DraftModelProposer(self.draft_runner.forward, valid, self.runner.req_to_token.table)
+        return DraftModelProposer(self.draft_runner.forward, valid, self.runner.req_to_token.table, self.runner.cpu_isa)
 
     @property
     def tokenizer(self):

@@ -151,3 +151,39 @@ def test_a_draft_models_probes_spare_requests_it_has_not_run():
     policy.draft_model = False
     assert any(p is not None and p[1] > 0 for p in (policy.plan([old, new]) for _ in range(64)))
     e.shutdown()
+
+
+def test_a_poor_draft_drafts_within_the_grammar(smol_model_default, smol_tokenizer):
+    """A random-weight draft under a JSON schema (jump-forward off, so the schema's forced text is decoded token
+    by token): every token it drafts is one the grammar allows (the executor's cut takes none away), some are
+    accepted, the matcher is back where it was after each draft (else the target's mask would drift), and the
+    answer is the target's alone, logprobs included."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                               "city": {"type": "string"}}, "required": ["name", "age", "city"]}
+    params = {"temperature": 0, "max_new_tokens": 48, "json_schema": json.dumps(schema)}
+
+    def run(e: Engine) -> tuple:
+        out = e.generate("Invent a person as JSON:", params, return_logprob=True)
+        return out["output_ids"], out["meta_info"]["output_token_logprobs"]
+
+    common = {"quantization": "int4", "jump_forward": False, "check_invariants": True}
+    plain = Engine.from_model(smol_model_default, smol_tokenizer, **common)
+    want = run(plain)
+    plain.shutdown()
+    draft = random_model(dataclasses.replace(smol_model_default.cfg, num_layers=1), dtype=torch.bfloat16, seed=1)
+    e = Engine.from_model(smol_model_default, smol_tokenizer, draft=draft, speculative_algorithm="draft",
+                          speculative_adaptive=False, speculative_min_accept_rate=0.0, **common)
+    proposer, proposed = e.core.executor.draft_model, []
+    propose = proposer.propose
+
+    def recording(reqs, ks, locs):
+        out = propose(reqs, ks, locs)
+        proposed.extend(len(d) for d in out)
+        return out
+
+    proposer.propose = recording
+    assert run(e) == want
+    st = e.scheduler.speculation.stats
+    assert sum(proposed) == st["spec_draft_tokens"] > 0  # nothing the grammar forbids was drafted
+    assert st["spec_accepted_tokens"] > 0  # (5 of 23 here: a draft cut at its first forbidden token had 0)
+    e.shutdown()

@@ -11,6 +11,10 @@ verify) in the first draft step, an extend through the request's last token; the
 guesses, one decode step each, into the slots the scheduler planned for the verify. The draft never decides a
 token: the target verifies every position as it would decode it, so a stale or poor draft costs acceptance,
 never exactness.
+
+A constrained request drafts within its grammar: each draft step masks what the grammar forbids before the
+argmax, and the matcher takes the guess (all rolled back after the draft), so every drafted token is one the
+grammar allows, and what it forces (a schema's keys and punctuation) is drafted even by a poor draft.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from radixlm.runtime.batch import ExtendEntry, ForwardBatch, make_decode_batch, make_extend_batch
-from radixlm.runtime.execute.sampler import argmax_rows
+from radixlm.runtime.execute.sampler import apply_grammars, argmax_rows
 from radixlm.runtime.request import Req
 
 CHUNK = 1024  # most positions of one request a catch-up extend runs
@@ -30,9 +34,10 @@ LAG_IN_STEP = 8  # a lag up to this many positions is run inside the first draft
 
 class DraftModelProposer:
     def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], valid: torch.Tensor,
-                 table: torch.Tensor) -> None:
-        """``forward``: the draft runner's; ``valid`` [slots] bool; ``table``: the request -> slot table."""
-        self.forward, self.valid, self.table = forward, valid, table
+                 table: torch.Tensor, cpu_isa: int | None = None) -> None:
+        """``forward``: the draft runner's; ``valid`` [slots] bool; ``table``: the request -> slot table;
+        ``cpu_isa``: the grammar masks' kernel path (sampler.apply_grammars)."""
+        self.forward, self.valid, self.table, self.cpu_isa = forward, valid, table, cpu_isa
         self.caught_up_tokens = 0  # positions run through the draft to catch up, since start
         self.last_catch_up_s = 0.0  # seconds the last propose spent catching up
 
@@ -58,17 +63,37 @@ class DraftModelProposer:
             r = reqs[i]
             entries.append(ExtendEntry(r, start, r.kv_len + 1 - start, self.table[r.row, start:r.kv_len + 1].clone(),
                                        [r.kv_len]))
-        for i, t in zip(live, argmax_rows(self.forward(make_extend_batch(entries))).tolist(), strict=True):
-            drafts[i].append(t)
-        self.valid[torch.cat([e.loc for e in entries])] = True
-        for j in range(1, max(ks)):
-            step = [i for i in live if ks[i] > j]
-            step_locs = [locs[i][j:j + 1] for i in step]
-            batch = make_decode_batch([reqs[i] for i in step], step_locs, [drafts[i][-1] for i in step], offset=j)
-            for i, t in zip(step, argmax_rows(self.forward(batch)).tolist(), strict=True):
-                drafts[i].append(t)
-            self.valid[torch.cat(step_locs)] = True
+        held: dict[int, int] = {}  # request -> tokens its grammar took during this draft
+        try:
+            self._choose(self.forward(make_extend_batch(entries)), live, reqs, drafts, held)
+            self.valid[torch.cat([e.loc for e in entries])] = True
+            for j in range(1, max(ks)):
+                step = [i for i in live if ks[i] > j and len(drafts[i]) == j and not _ended(reqs[i])]
+                if not step:
+                    break
+                step_locs = [locs[i][j:j + 1] for i in step]
+                batch = make_decode_batch([reqs[i] for i in step], step_locs, [drafts[i][-1] for i in step],
+                                          offset=j)
+                self._choose(self.forward(batch), step, reqs, drafts, held)
+                self.valid[torch.cat(step_locs)] = True
+        finally:
+            for i, n in held.items():
+                reqs[i].grammar.rollback(n)
         return drafts
+
+    def _choose(self, logits: torch.Tensor, rows: list[int], reqs: list[Req], drafts: list[list[int]],
+                held: dict[int, int]) -> None:
+        """Append to drafts[i] the greedy token of logits' row for each request i of ``rows``: a constrained
+        request's among what its grammar allows, which its matcher then takes (counted in ``held``); none where
+        the grammar has ended or takes nothing more."""
+        apply_grammars(logits, [reqs[i] for i in rows], self.cpu_isa)
+        for i, t in zip(rows, argmax_rows(logits).tolist(), strict=True):
+            g = reqs[i].grammar
+            if g is not None:
+                if _ended(reqs[i]) or not g.accept_token(t):
+                    continue
+                held[i] = held.get(i, 0) + 1
+            drafts[i].append(t)
 
     def _first_missing(self, r: Req) -> int:
         """The first of positions [0, kv_len) whose slot lacks the draft's KV (kv_len: none)."""
@@ -94,3 +119,8 @@ class DraftModelProposer:
                 self.valid[e.loc] = True
                 self.caught_up_tokens += e.n
             starts = {e.req: e.start + e.n for e in entries if e.start + e.n < e.req.kv_len}
+
+
+def _ended(req: Req) -> bool:
+    """Whether the request's grammar took its last token (its draft ends there)."""
+    return req.grammar is not None and req.grammar.is_terminated()

@@ -40,9 +40,10 @@ def row_penalties(reqs: list[Req]) -> RowPenalties | None:
 
 
 def apply_grammars(logits: torch.Tensor, reqs: list[Req], cpu_isa: int | None = None) -> None:
-    """Mask the tokens each constrained row's grammar forbids (rows without a grammar are untouched);
-    ``cpu_isa``: the path of radixlm's C++ CPU kernels, None without them (apply_token_bitmask)."""
-    rows = [i for i, r in enumerate(reqs) if r.grammar is not None]
+    """Mask the tokens each constrained row's grammar forbids (rows without a grammar, or whose grammar has
+    ended, are untouched: a draft may run past its stop token); ``cpu_isa``: the path of radixlm's C++ CPU
+    kernels, None without them (apply_token_bitmask)."""
+    rows = [i for i, r in enumerate(reqs) if r.grammar is not None and not r.grammar.is_terminated()]
     if not rows:
         return
     bitmask = torch.full((len(reqs), (logits.shape[1] + 31) // 32), -1, dtype=torch.int32)
