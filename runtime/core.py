@@ -13,7 +13,7 @@ import torch
 from radixlm.constrained import GrammarCache, make_backend
 from radixlm.radix_cache import RadixCache
 from radixlm.radix_cache.disk import DiskStore
-from radixlm.runtime.config import EngineConfig
+from radixlm.runtime.config import SPECULATIVE_METHODS, EngineConfig
 from radixlm.runtime.decode.text import ids_to_text
 from radixlm.runtime.execute import Executor
 from radixlm.runtime.execute.draft_model import DraftModelProposer
@@ -155,11 +155,23 @@ class EngineCore:
         """The scheduler's state for one request; a request without a seed draws one from the engine's RNG."""
         if msg.params.stop and not self.has_tokenizer:
             raise ValueError("sampling_params.stop needs a tokenizer")
+        self._check_speculative(msg.params.speculative)
         req = Req(msg.rid, msg.input_ids, msg.params, msg.logprob, self.eos_ids, msg.priority, msg.namespace)
         seed = msg.params.seed
         req.generator.manual_seed(seed if seed is not None else int(torch.randint(2**62, (1,), generator=self._seed_rng)))
         req.constraint = msg.constraint
         return req
+
+    def _check_speculative(self, choice: bool | str) -> None:
+        """A request may name a speculation method only where the server speculates, and only one it has."""
+        if isinstance(choice, bool):
+            return
+        if self.config.speculative.speculative_algorithm is None:
+            raise ValueError(f"sampling_params.speculative: {choice!r} needs a server started with "
+                             "--speculative-algorithm (this one does not speculate)")
+        if choice not in SPECULATIVE_METHODS:
+            raise ValueError(f"sampling_params.speculative must be true, false or one of {SPECULATIVE_METHODS}, "
+                             f"got {choice!r}")
 
     def submit(self, msg: GenerateReq) -> Req:
         """Queue one request (ValueError if the scheduler cannot take it: too long for the pool, queue full)."""

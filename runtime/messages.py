@@ -40,7 +40,9 @@ class SamplingParams(msgspec.Struct, kw_only=True, frozen=True):
     seed: int | None = None
     n: int = 1
     logit_bias: dict[int, float] | None = None
-    speculative: bool = True  # False: this request never speculates, whatever the server's method
+    # True: the server's speculation method; False: never speculate; or a method the server offers by name
+    # ('suffix', 'ngram', 'draft': EngineCore.make_req checks it)
+    speculative: bool | str = True
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
@@ -87,7 +89,8 @@ class SamplingParams(msgspec.Struct, kw_only=True, frozen=True):
                    "must be token ids"),
                   ("seed", self.seed is None or isinstance(self.seed, int) and not isinstance(self.seed, bool),
                    "must be an integer"),
-                  ("speculative", isinstance(self.speculative, bool), "must be true or false"))
+                  ("speculative", isinstance(self.speculative, (bool, str)), "must be true, false or a method's "
+                   "name"))
         for name, ok, why in checks:
             if not ok:
                 raise bad(name, why)

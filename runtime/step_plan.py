@@ -29,7 +29,8 @@ class StepPlan:
     - "decode": ``reqs`` each feed their last token, ``steps`` forwards back to back; locs[i]: request i's
       ``steps`` new KV slots;
     - "verify": ``reqs`` feed their last token and a draft in one extend; ``drafts[i]`` is request i's draft
-      (tokens), or for the self-draft its length (the executor proposes it in its slots); locs[i]: 1 + that many.
+      (tokens), or for the 'draft' method its length (the executor's drafter proposes it into its slots);
+      locs[i]: 1 + that many.
 
     ``sampled``: the requests whose next tokens the step chooses, in the order of the result's rows: in a prefill
     the riders, then each entry that completes its fill ids (unless it asked for no new tokens); else ``reqs``.
@@ -42,7 +43,7 @@ class StepPlan:
     reqs: list[Req] = field(default_factory=list)
     locs: list[torch.Tensor] = field(default_factory=list)
     steps: int = 1
-    drafts: list[list[int]] | list[int] | None = None
+    drafts: list[list[int] | int] | None = None
     sampled: list[Req] = field(default_factory=list)
     ended: list[Req] = field(default_factory=list)  # aborted, failed or timed out before this step's forward
 

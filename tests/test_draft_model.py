@@ -84,8 +84,6 @@ def test_a_draft_of_another_vocabulary_is_refused():
     other = random_model(dataclasses.replace(HEAD64, vocab_size=300), dtype=torch.bfloat16, seed=0)
     with pytest.raises(ValueError, match="speculative_draft_model"):
         engine(other)
-    with pytest.raises(ValueError, match="speculative_draft_model: needs --speculative-algorithm draft"):
-        Engine.from_model(target(), None, speculative_algorithm="ngram", speculative_draft_model="x.gguf")
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +124,33 @@ def test_a_request_may_choose_not_to_speculate(alone):
     e = engine(random_model(dataclasses.replace(HEAD64, num_layers=1), dtype=torch.bfloat16, seed=0))
     assert outputs(e, {**PARAMS[0], "speculative": False}) == alone[0]
     assert e.scheduler.speculation.stats["spec_draft_tokens"] == 0
-    with pytest.raises(ValueError, match="sampling_params.speculative must be true or false"):
+    with pytest.raises(ValueError, match="sampling_params.speculative must be true, false or one of"):
         e.generate(input_ids=PROMPTS[0], sampling_params={"speculative": "no"})
+    with pytest.raises(ValueError, match="sampling_params.speculative must be true, false or a method"):
+        e.generate(input_ids=PROMPTS[0], sampling_params={"speculative": 3})
+    e.shutdown()
+    plain = engine()
+    with pytest.raises(ValueError, match="sampling_params.speculative: 'suffix' needs a server started with"):
+        plain.generate(input_ids=PROMPTS[0], sampling_params={"speculative": "suffix"})
+    plain.shutdown()
+
+
+@pytest.mark.parametrize("default", ["suffix", "draft"])
+def test_each_request_speculates_with_its_own_method(alone, default):
+    """One batch, each request with another method (the server's default, each named one, none), beside a
+    draft model: every answer is the target's alone; the draft model ran only for the requests that use it."""
+    draft = random_model(dataclasses.replace(HEAD64, num_layers=1), dtype=torch.bfloat16, seed=0)
+    e = Engine.from_model(target(), None, draft=draft, max_total_tokens=4096, check_invariants=True,
+                          speculative_algorithm=default, speculative_adaptive=False, chunked_prefill_size=64)
+    choices = [True, "ngram", "suffix", False]  # PROMPTS[3] repeats itself: n-gram and suffix drafts find it
+    params = [{**PARAMS[0], "speculative": c} for c in choices]
+    outs = e.generate(input_ids=PROMPTS, sampling_params=params, return_logprob=True, top_logprobs_num=2)
+    got = [(o["output_ids"], o["meta_info"]["output_token_logprobs"], o["meta_info"]["output_top_logprobs"])
+           for o in outs]
+    assert got == alone[0]
+    assert e.scheduler.speculation.stats["spec_draft_tokens"] > 0
+    drafted = e.core.executor.draft_model.caught_up_tokens  # only PROMPTS[0] (True) goes through it, as 'draft'
+    assert (drafted > 0) == (default == "draft") and drafted <= len(PROMPTS[0])
     e.shutdown()
 
 

@@ -102,6 +102,8 @@ def test_disconnect_mid_stream_frees_the_request(server):
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": "warm"}, 400, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "modalities": ["audio"]}, 400, "modalities"),
     ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"999999": 5}}, 400, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "speculative": "suffix"}, 400, "speculative"),  # none here
+    ({"messages": [{"role": "user", "content": "hi"}], "speculative": 2}, 400, "speculative"),
     ({"messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}],  # a tool whose parameters are not an object schema
       "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}, 400, "tools"),

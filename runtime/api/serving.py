@@ -127,6 +127,8 @@ class Serving:
                 if item is None:
                     open_ -= 1
                 elif isinstance(item, RequestFailed):
+                    if item.status == 400 and item.message.startswith("sampling_params."):  # the scheduler's check
+                        raise bad_param(ValueError(item.message))
                     raise ApiError(item.status, item.message, err_type="server_error" if item.status >= 500
                                    else "invalid_request_error")
                 else:

@@ -12,17 +12,18 @@ from radixlm.runtime.config.engine import EngineConfig
 from radixlm.runtime.config.execution import ExecutionConfig, ParallelConfig
 from radixlm.runtime.config.model import LoadConfig, ModelConfig
 from radixlm.runtime.config.options import (
-                                            ATTENTION_BACKENDS,
-                                            CPU_KERNELS,
-                                            DTYPES,
-                                            QUANT_KINDS,
-                                            ROUTER_POLICIES,
-                                            SCHEDULE_POLICIES,
-                                            SUPPORTED_ARCHITECTURES,
+    ATTENTION_BACKENDS,
+    CPU_KERNELS,
+    DTYPES,
+    QUANT_KINDS,
+    ROUTER_POLICIES,
+    SCHEDULE_POLICIES,
+    SPECULATIVE_METHODS,
+    SUPPORTED_ARCHITECTURES,
 )
 from radixlm.runtime.config.server import RouterConfig, ServerConfig
 
 __all__ = ["ATTENTION_BACKENDS", "CPU_KERNELS", "DTYPES", "QUANT_KINDS", "ROUTER_POLICIES", "SCHEDULE_POLICIES",
-           "SUPPORTED_ARCHITECTURES", "CacheConfig", "DecodingConfig", "EngineConfig", "ExecutionConfig",
-           "LoadConfig", "ModelConfig", "ParallelConfig", "RouterConfig", "SchedulerConfig", "ServerConfig",
-           "SpeculativeConfig"]
+           "SPECULATIVE_METHODS", "SUPPORTED_ARCHITECTURES", "CacheConfig", "DecodingConfig", "EngineConfig",
+           "ExecutionConfig", "LoadConfig", "ModelConfig", "ParallelConfig", "RouterConfig", "SchedulerConfig",
+           "ServerConfig", "SpeculativeConfig"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixlm.runtime.config.options import check_choices, opt
+from radixlm.runtime.config.options import SPECULATIVE_METHODS, check_choices, opt
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,10 @@ class SpeculativeConfig:
 
     speculative_algorithm: str | None = opt(None, "speculative decoding: 'suffix' (drafts from what followed the "
                                              "same tokens in the request and in its namespace's recent outputs), "
-                                             "'ngram' (prompt lookup) or 'draft' (self-speculation: the model's "
-                                             "first layers + LM head)", choices=("suffix", "ngram", "draft"))
+                                             "'ngram' (prompt lookup) or 'draft' (a draft model, else the model's "
+                                             "first layers + LM head): the requests' default; each may name "
+                                             "another (the request's 'speculative') or opt out",
+                                             choices=SPECULATIVE_METHODS)
     speculative_num_draft_tokens: int = opt(3, "speculative decoding: the most tokens proposed per step (each "
                                              "request's draft length follows its acceptance up to this; 3 keeps a "
                                              "request's verify at 4 positions, the CPU matmuls' decode tile)")
@@ -42,8 +44,9 @@ class SpeculativeConfig:
                                       "size and speculate only where it pays")
     speculative_draft_model: str | None = opt(None, "draft speculation with a separate draft model (a GGUF file, "
                                                "folder or catalog name sharing the model's tokenizer, e.g. "
-                                               "Qwen2.5-Coder-0.5B for the 1.5B); implies --speculative-algorithm "
-                                               "draft; unset: the model's own first layers draft")
+                                               "Qwen2.5-Coder-0.5B for the 1.5B): the 'draft' method's drafter; "
+                                               "implies --speculative-algorithm draft where none is given; unset: "
+                                               "the model's own first layers draft")
     speculative_draft_layers: int = opt(8, "draft speculation: layers of the model the self-draft runs")
     speculative_min_accept_rate: float = opt(0.3, "a request whose recent acceptance is below this stops "
                                               "speculating for a while")
@@ -58,8 +61,5 @@ class SpeculativeConfig:
         if not 1 <= self.speculative_ngram_min <= self.speculative_ngram_max:
             raise ValueError(f"speculative ngram sizes must satisfy 1 <= min <= max, got "
                              f"{self.speculative_ngram_min}, {self.speculative_ngram_max}")
-        if self.speculative_draft_model is not None:
-            if self.speculative_algorithm not in (None, "draft"):
-                raise ValueError(f"speculative_draft_model: needs --speculative-algorithm draft, got "
-                                 f"{self.speculative_algorithm!r}")
+        if self.speculative_draft_model is not None and self.speculative_algorithm is None:
             object.__setattr__(self, "speculative_algorithm", "draft")  # (frozen: the one implied value)

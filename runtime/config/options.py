@@ -12,6 +12,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "shortest_queue")
 QUANT_KINDS = ("none", "int8", "int4", "mixed")
+SPECULATIVE_METHODS = ("suffix", "ngram", "draft")
 # kernels/cpu_ext.PATHS
 CPU_KERNELS = ("auto", "torch", "portable", "avx2", "avx2_vnni", "avx512", "avx512_bf16", "neon")
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Gemma3ForCausalLM")

@@ -33,12 +33,12 @@ class Executor:
     def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], fused_steps: GroupedSteps | None = None,
                  cpu_isa: int | None = None, speculative: SpeculativeConfig | None = None,
                  draft_model: DraftModelProposer | None = None) -> None:
-        """``draft_model``: the separate draft model's proposer (--speculative-draft-model), which replaces the
-        self-draft of the "draft" algorithm."""
+        """``draft_model``: the separate draft model's proposer (--speculative-draft-model), the 'draft' method's
+        drafter; without one, the self-draft drafts for it (where the server speculates)."""
         self.forward, self.fused_steps, self.cpu_isa = forward, fused_steps, cpu_isa
         self.draft_model = draft_model
         self.self_draft = SelfDraftProposer(forward, speculative.speculative_draft_layers) \
-            if speculative is not None and speculative.speculative_algorithm == "draft" and draft_model is None \
+            if speculative is not None and speculative.speculative_algorithm is not None and draft_model is None \
             else None
 
     @torch.inference_mode()
@@ -83,12 +83,14 @@ class Executor:
         return result
 
     def _verify(self, plan: StepPlan) -> StepResult:
-        """Each request's draft (the self-draft's, proposed now in its slots) verified in one extend."""
+        """Each request's draft verified in one extend: the model-free methods' as planned, the 'draft' method's
+        (a length in the plan) proposed now into its slots by the draft model or the self-draft."""
         drafts = plan.drafts
-        proposer = self.draft_model or self.self_draft
-        if proposer is not None:
-            proposed = proposer.propose(plan.reqs, drafts, plan.locs)
-            drafts = [cut_by_grammar(r, d) for r, d in zip(plan.reqs, proposed, strict=True)]
+        if any(isinstance(d, int) for d in drafts):
+            ks = [d if isinstance(d, int) else 0 for d in drafts]
+            proposed = (self.draft_model or self.self_draft).propose(plan.reqs, ks, plan.locs)
+            drafts = [cut_by_grammar(r, p) if isinstance(d, int) else d
+                      for r, d, p in zip(plan.reqs, drafts, proposed, strict=True)]
         logits = self.forward(make_verify_batch(plan.reqs, drafts, plan.locs))
         rows = list(logits.split([1 + len(d) for d in drafts]))
         sampled = verify(rows, plan.reqs, drafts, self.cpu_isa)

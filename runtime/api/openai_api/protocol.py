@@ -50,7 +50,7 @@ class SamplingExtras(Strict):
     json_schema: dict[str, Any] | str | None = None
     rid: str | None = None
     cache_salt: str | None = None  # splits the caller's radix namespace (never joins another tenant's)
-    speculative: bool = True  # false: this request does not speculate (where the server does)
+    speculative: bool | str = True  # false: no speculation; a name: that method (where the server speculates)
 
 
 class ChatMessage(Strict):

@@ -79,48 +79,57 @@ class PayCheck:
 
 
 class SpecPolicy:
+    """Each request speculates with its method: the one it names (its ``speculative``), else the server's
+    (--speculative-algorithm). The model-free methods are always offered (they cost nothing until a request uses
+    them); 'draft' is the draft model where the server loaded one, else the self-draft."""
+
     def __init__(self, cfg: SpeculativeConfig, max_context: int) -> None:
         self.cfg, self.max_context = cfg, max_context
-        self.k = cfg.speculative_num_draft_tokens
-        alg = cfg.speculative_algorithm
-        self.ngram = NgramProposer(cfg.speculative_ngram_min, cfg.speculative_ngram_max) if alg == "ngram" else None
+        self.k, self.default = cfg.speculative_num_draft_tokens, cfg.speculative_algorithm
+        self.ngram = NgramProposer(cfg.speculative_ngram_min, cfg.speculative_ngram_max)
         self.suffix = SuffixProposer(cfg.speculative_ngram_min, cfg.speculative_ngram_max,
-                                     cfg.speculative_suffix_min_share, cfg.speculative_suffix_memory_tokens) \
-            if alg == "suffix" else None
+                                     cfg.speculative_suffix_min_share, cfg.speculative_suffix_memory_tokens)
         self.pays = PayCheck() if cfg.speculative_adaptive else None
         self.draft_model = cfg.speculative_draft_model is not None  # (a draft model built in-process: core sets it)
         self.stats = {"spec_verify_steps": 0, "spec_draft_tokens": 0, "spec_accepted_tokens": 0,
                       "spec_off_steps": 0}
 
-    def plan(self, reqs: list[Req]) -> list[list[int]] | list[int] | None:
-        """Drafts before allocation, or None where speculating does not pay at this batch size: n-gram and suffix
-        drafts now (their exact tokens); the self-draft needs its slots first, so it gets lengths and the executor
-        proposes."""
+    def method(self, req: Req) -> str | None:
+        """The request's speculation method (None: it does not speculate)."""
+        choice = req.params.speculative
+        return choice if isinstance(choice, str) else self.default if choice else None
+
+    def plan(self, reqs: list[Req]) -> list[list[int] | int] | None:
+        """Each request's draft before allocation, or None where speculating does not pay at this batch size:
+        the model-free methods' exact tokens now; a 'draft' request's length (its drafter needs the slots
+        first, so the executor proposes)."""
         if self.pays is not None and not self.pays.speculate(len(reqs)):
             self.stats["spec_off_steps"] += 1
             return None
-        budgets = [self._budget(r) for r in reqs]
+        methods = [self.method(r) for r in reqs]
+        budgets = [self._budget(r) if m else 0 for r, m in zip(reqs, methods, strict=True)]
         if self.draft_model and self.pays is not None and self.pays.probing():
             # a draft model first runs a request's whole prompt: a probe takes only requests it has run before
-            budgets = [b if spec_state(r).verify_steps else 0 for r, b in zip(reqs, budgets, strict=True)]
+            budgets = [0 if m == "draft" and not spec_state(r).verify_steps else b
+                       for r, m, b in zip(reqs, methods, budgets, strict=True)]
             if not any(budgets):
                 self.stats["spec_off_steps"] += 1
                 return None
-        if self.ngram is not None:
-            drafts = self.ngram.propose(reqs, budgets)
-        elif self.suffix is not None:
-            drafts = self.suffix.propose(reqs, budgets, [spec_state(r) for r in reqs])
-        else:
-            return budgets
-        return [cut_by_grammar(r, d) for r, d in zip(reqs, drafts, strict=True)]
+        plan: list[list[int] | int] = [[] if m != "draft" else b for m, b in zip(methods, budgets, strict=True)]
+        for name, propose in (("ngram", self.ngram.propose), ("suffix", self._suffix)):
+            rows = [i for i, m in enumerate(methods) if m == name and budgets[i]]
+            for i, d in zip(rows, propose([reqs[i] for i in rows], [budgets[i] for i in rows]), strict=True):
+                plan[i] = cut_by_grammar(reqs[i], d)
+        return plan
+
+    def _suffix(self, reqs: list[Req], budgets: list[int]) -> list[list[int]]:
+        return self.suffix.propose(reqs, budgets, [spec_state(r) for r in reqs])
 
     @staticmethod
-    def sizes(plan: list[list[int]] | list[int]) -> list[int]:
+    def sizes(plan: list[list[int] | int]) -> list[int]:
         return [len(p) if isinstance(p, list) else p for p in plan]
 
     def _budget(self, req: Req) -> int:
-        if not req.params.speculative:  # the request's own choice
-            return 0
         st = spec_state(req)
         if st.cooldown > 0:
             st.cooldown -= 1
@@ -147,5 +156,7 @@ class SpecPolicy:
             self.pays.observe(mode, batch, tokens, seconds)
 
     def finished(self, req: Req) -> None:
-        if self.suffix is not None and req.output_ids:
+        """A request's output joins its namespace's suffix table where suffix decoding is the server's method
+        or the request's."""
+        if req.output_ids and "suffix" in (self.default, self.method(req)):
             self.suffix.finished(req)
