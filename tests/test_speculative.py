@@ -76,6 +76,22 @@ def test_greedy_speculation_gives_the_plain_tokens(plain, smol_model_fp32, smol_
     assert engine.cache.tree.protected_size == 0
 
 
+@pytest.mark.slow
+def test_requests_may_name_another_method(plain, smol_model_fp32, smol_tokenizer):
+    """On a suffix-decoding server without a draft model, one request takes the default, one names 'draft'
+    (the self-draft then drafts for it), one 'ngram', one opts out: each answer is the plain one."""
+    expected = run(plain)
+    engine = Engine.from_model(smol_model_fp32, smol_tokenizer, check_invariants=True, max_total_tokens=8192,
+                               speculative_algorithm="suffix", speculative_adaptive=False,
+                               speculative_draft_layers=12)
+    sps = [{"temperature": 0, "max_new_tokens": 48, "speculative": c} for c in (True, "draft", "ngram")] + [
+        {"temperature": 0, "max_new_tokens": 48, "json_schema": json.dumps(SCHEMA), "speculative": False}]
+    got = engine.generate(PROMPTS, sps)
+    assert [g["output_ids"] for g in got] == [e["output_ids"] for e in expected]
+    assert ["spec_verify_ct" in g["meta_info"] for g in got] == [True, True, True, False]
+    assert engine.cache.check([]) is None
+
+
 SMALL = ModelConfig(architecture="LlamaForCausalLM", vocab_size=8, hidden_size=32, intermediate_size=64,
                     num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, max_position_embeddings=128,
                     tie_word_embeddings=False)
