@@ -246,6 +246,7 @@ class SchedulerStats(msgspec.Struct, tag=True):
     spec_accept_length: float = 0.0  # ... tokens produced per verify pass
     spec_speedup: float = 0.0  # ... verify steps' tokens a second over plain decoding's, lately (0: unknown)
     spec_off_steps: int = 0  # ... decode steps where it did not pay and was left out
+    spec_accept_by_method: dict[str, float] = {}  # ... accepted / drafted tokens of each method's requests
     kv_evictable: int = 0  # slots the radix tree holds unlocked (not in kv_used: a new request may take them)
     kv_locked: int = 0  # of kv_used: tree slots locked by running requests (the rest are requests' own)
     prompt_tokens: int = 0  # since start: prompt tokens admitted ...

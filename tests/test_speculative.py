@@ -156,7 +156,15 @@ def test_server_reports_acceptance(server_process):
             "temperature": 0, "max_new_tokens": 40}}).json()
         meta = r["meta_info"]
         assert meta["spec_verify_ct"] > 0 and meta["spec_accept_length"] > 1.5, meta
+        r = httpx.post(f"{srv.url}/generate", timeout=120, json={"text": PROMPTS[1], "sampling_params": {
+            "temperature": 0, "max_new_tokens": 40, "speculative": "suffix"}}).json()
+        assert r["meta_info"]["spec_verify_ct"] > 0
         srv.wait_idle()
         assert srv.metric("spec_accept_rate") > 0.3 and srv.metric("spec_accept_length") > 1.5
+        text = httpx.get(f"{srv.url}/metrics", timeout=5).text  # each method's acceptance apart
+        rates = {m: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith("radixlm:spec_method_accept_rate{") for m in ("ngram", "suffix")
+                 if f'method="{m}"' in line}
+        assert set(rates) == {"ngram", "suffix"} and rates["ngram"] > 0.3, rates
     finally:
         srv.stop()

@@ -42,6 +42,10 @@ class Metrics:
         self.spec_accept_length = gauge("spec_accept_length", "speculative decoding: tokens per verify pass")
         self.spec_speedup = gauge("spec_speedup", "speculative decoding: verify steps' tokens/s over plain decoding's")
         self.spec_off_steps = gauge("spec_off_steps", "speculative decoding: decode steps left plain (it did not pay)")
+        self.spec_method_accept_rate = Gauge("radixlm:spec_method_accept_rate", "speculative decoding: accepted / "
+                                             "drafted tokens of the requests of each method", [*labels, "method"],
+                                             registry=r)
+        self.model_name = model_name
         self.ttft = hist("time_to_first_token_seconds", "time to first token")
         self.itl = hist("inter_token_latency_seconds", "time between streamed tokens")
         self.e2e = hist("e2e_request_latency_seconds", "request latency end to end")

@@ -250,6 +250,8 @@ class SchedulerClient:
         m.spec_accept_length.set(s.spec_accept_length)
         m.spec_speedup.set(s.spec_speedup)
         m.spec_off_steps.set(s.spec_off_steps)
+        for method, rate in s.spec_accept_by_method.items():
+            m.spec_method_accept_rate.labels(m.model_name, method).set(rate)
         if s.disk is not None:
             d = s.disk
             for gauge, value in ((m.disk_on, d.on), (m.disk_used, d.used_bytes), (m.disk_written, d.bytes_written),

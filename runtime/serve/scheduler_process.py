@@ -213,7 +213,8 @@ def spec_rates(sched) -> dict[str, float]:
     st, pays = sched.speculation.stats, sched.speculation.pays
     return {"spec_accept_rate": st["spec_accepted_tokens"] / max(st["spec_draft_tokens"], 1),
             "spec_accept_length": 1 + st["spec_accepted_tokens"] / st["spec_verify_steps"],
-            "spec_speedup": (pays.speedup() or 0.0) if pays is not None else 0.0, "spec_off_steps": st["spec_off_steps"]}
+            "spec_speedup": (pays.speedup() or 0.0) if pays is not None else 0.0, "spec_off_steps": st["spec_off_steps"],
+            "spec_accept_by_method": sched.speculation.accept_rates()}
 
 
 def kernel_path(core: EngineCore) -> str:

@@ -93,6 +93,7 @@ class SpecPolicy:
         self.draft_model = cfg.speculative_draft_model is not None  # (a draft model built in-process: core sets it)
         self.stats = {"spec_verify_steps": 0, "spec_draft_tokens": 0, "spec_accepted_tokens": 0,
                       "spec_off_steps": 0}
+        self.by_method: dict[str, list[int]] = {}  # method -> [drafted, accepted] tokens since start
 
     def method(self, req: Req) -> str | None:
         """The request's speculation method (None: it does not speculate)."""
@@ -149,6 +150,12 @@ class SpecPolicy:
         self.stats["spec_verify_steps"] += 1
         self.stats["spec_draft_tokens"] += len(draft)
         self.stats["spec_accepted_tokens"] += accepted
+        counts = self.by_method.setdefault(self.method(req) or "none", [0, 0])
+        counts[0], counts[1] = counts[0] + len(draft), counts[1] + accepted
+
+    def accept_rates(self) -> dict[str, float]:
+        """Each method's accepted / drafted tokens since start (the methods that drafted)."""
+        return {m: accepted / drafted for m, (drafted, accepted) in self.by_method.items() if drafted}
 
     def observe(self, mode: str, batch: int, tokens: int, seconds: float) -> None:
         """A decode or verify step's tokens and time, for the pay check."""
