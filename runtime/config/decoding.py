@@ -23,7 +23,8 @@ class DecodingConfig:
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
-    """Speculative decoding: suffix decoding, n-gram prompt lookup or self-speculation, adaptive."""
+    """Speculative decoding: suffix decoding, n-gram prompt lookup, a draft model or self-speculation, adaptive;
+    the method a request gets unless it names another."""
 
     speculative_algorithm: str | None = opt(None, "speculative decoding: 'suffix' (drafts from what followed the "
                                              "same tokens in the request and in its namespace's recent outputs), "
