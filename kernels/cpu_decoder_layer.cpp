@@ -43,36 +43,41 @@ void rope_store_range(const at::Tensor& qkv, const at::Tensor& bias, const at::T
                       const at::Tensor& pos, at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc,
                       const CellPart& p, at::Tensor& q, int64_t isa) {
   const int64_t hq = q.size(1), hkv = k_cache.size(0), d = k_cache.size(2), stride = k_cache.stride(0);
-  dispatch_float_bf16(qkv, [&](auto* tag) {
+  dispatch_float_bf16(k_cache, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    const T* src = qkv.data_ptr<T>();
     const T* bd = bias.numel() > 0 ? bias.data_ptr<T>() : nullptr;
     const float* cd = cos.data_ptr<float>();
     const float* sd = sin.data_ptr<float>();
     const int64_t* ld = loc.data_ptr<int64_t>();
     const int64_t* pd = pos.data_ptr<int64_t>();
     T *qd = q.data_ptr<T>(), *kd = k_cache.data_ptr<T>(), *vd = v_cache.data_ptr<T>();
-    if (d == 64) {
-      RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd, vd,
-                       stride);
-    } else {
-      RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd, vd,
-                       stride);
-    }
+    auto rows = [&](auto* src) {  // qkv in the pools' dtype, or float32
+      if (d == 64) {
+        RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd,
+                         vd, stride);
+      } else {
+        RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd,
+                         vd, stride);
+      }
+    };
+    qkv.scalar_type() == at::kFloat ? rows(qkv.data_ptr<float>()) : rows(qkv.data_ptr<T>());
   });
 }
 
 // The buffers every layer of one call reuses, carved from the workspace (grown when a batch needs more). The
-// matmul inputs' size depends only on dense or not, which every layer shares.
+// matmul inputs' size depends only on dense or not, which every layer shares. q and attn are in the pools' dtype
+// (attention's); the others in x's: float32 with quantized weights (each matmul's float32 sums stay as they are
+// until the next int8 quantization), the pools' dtype with dense ones (their tiles' own).
 struct LayerBuffers {
   at::Tensor h, qkv, q, attn, o, h2, gu, act;  // [T, H], [T, qkv_n], [T, Hq, D], [T, Hq D], [T, H] x2, ...
   Activations xh, xattn, xh2, xact;            // the matmuls' prepared inputs
 };
 
-LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, const LayerWeights& lw, int64_t num_heads, int64_t d) {
-  const int64_t t = x.size(0), hidden = x.size(1), elem = x.element_size();
+LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, at::ScalarType pools, const LayerWeights& lw,
+                   int64_t num_heads, int64_t d) {
+  const int64_t t = x.size(0), hidden = x.size(1), elem = x.element_size(), pe = at::elementSize(pools);
   const int64_t qkv_n = lw.qkv.n(), q_n = num_heads * d, inter = lw.down.k();
-  const int64_t sizes[] = {t * hidden * elem, t * qkv_n * elem, t * q_n * elem, t * q_n * elem, t * hidden * elem,
+  const int64_t sizes[] = {t * hidden * elem, t * qkv_n * elem, t * q_n * pe, t * q_n * pe, t * hidden * elem,
                            t * hidden * elem, t * 2 * inter * elem, t * inter * elem,
                            Activations::bytes(t, hidden, lw.qkv.bits()), Activations::bytes(t, q_n, lw.o.bits()),
                            Activations::bytes(t, hidden, lw.gate_up.bits()),
@@ -86,9 +91,9 @@ LayerBuffers carve(at::Tensor& workspace, const at::Tensor& x, const LayerWeight
     buf[i] = base;
     base += QuantizedX::aligned(sizes[i]);
   }
-  const auto opts = x.options();
-  auto view = [&](int i, at::IntArrayRef shape) { return at::from_blob(buf[i], shape, opts); };
-  return {view(0, {t, hidden}), view(1, {t, qkv_n}), view(2, {t, num_heads, d}), view(3, {t, q_n}),
+  auto view = [&](int i, at::IntArrayRef shape) { return at::from_blob(buf[i], shape, x.options()); };
+  auto pooled = [&](int i, at::IntArrayRef shape) { return at::from_blob(buf[i], shape, x.options().dtype(pools)); };
+  return {view(0, {t, hidden}), view(1, {t, qkv_n}), pooled(2, {t, num_heads, d}), pooled(3, {t, q_n}),
           view(4, {t, hidden}), view(5, {t, hidden}), view(6, {t, 2 * inter}), view(7, {t, inter}),
           Activations::at(buf[8], t, hidden, lw.qkv.bits()), Activations::at(buf[9], t, q_n, lw.o.bits()),
           Activations::at(buf[10], t, hidden, lw.gate_up.bits()),
@@ -245,10 +250,12 @@ class FusedLayers : public torch::CustomClassHolder {
     check_call(x, positions, loc, k_[0], cos_.size(0));
     check_requests(table, req_rows, seq_lens, ext_lens, x.size(0));
     TORCH_CHECK(x.size(1) == w_[0].numel(), "x must be [T, ", w_[0].numel(), "], got ", x.sizes());
-    // the residual stream in float32, as llama.cpp keeps it (benchmarks/bench_fidelity.py measures the difference)
+    // the residual stream in float32, as llama.cpp keeps it, and with quantized weights the activations between
+    // the kernels too (benchmarks/bench_fidelity.py measures the difference)
     at::Tensor residual = at::zeros(x.sizes(), x.options().dtype(at::kFloat));
     check_logit_rows(logit_rows, x.size(0));
-    LayerBuffers buffers = carve(workspace_, x, lw_[0], num_heads_, k_[0].size(2));
+    if (lw_[0].qkv.w.bits != 16) x = x.to(at::kFloat);
+    LayerBuffers buffers = carve(workspace_, x, k_[0].scalar_type(), lw_[0], num_heads_, k_[0].size(2));
     const std::vector<AttentionTask> tasks =
         ext_lens.numel() == 0 ? decode_tasks(buffers.q, k_[0], table, seq_lens, at::Tensor(), at::Tensor(), req_rows)
                               : extend_tasks(buffers.q, k_[0], table, seq_lens, ext_lens, req_rows);
@@ -361,7 +368,8 @@ class FusedLayers : public torch::CustomClassHolder {
   // out row i = rms_norm(x + residual) of row logit_rows[i], as the model's add_rms_norm_ gives it (a row of x
   // and residual is read and written once: the rows increase, check_logit_rows)
   at::Tensor final_norm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& logit_rows, int64_t isa) const {
-    at::Tensor out = at::empty({logit_rows.numel(), x.size(1)}, x.options());
+    // in the pools' dtype: the LM head's input, inside the call or the model's own head's
+    at::Tensor out = at::empty({logit_rows.numel(), x.size(1)}, x.options().dtype(final_norm_.scalar_type()));
     const int64_t* lr = logit_rows.data_ptr<int64_t>();
     for (int64_t i = 0; i < logit_rows.numel(); ++i) {
       at::Tensor res = residual.narrow(0, lr[i], 1), o = out.narrow(0, i, 1);

@@ -31,19 +31,25 @@ at::Tensor norm(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, 
 
 void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double eps, int64_t r0, int64_t r1,
                     at::Tensor& out, int64_t isa) {
-  dispatch_float_bf16(x, [&](auto* tag) {
+  dispatch_float_bf16(w, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    auto rows = [&](auto* rd) {
-      RADIXLM_ISA_CALL(isa, rms_norm_rows, x.data_ptr<T>(), rd, w.data_ptr<T>(), r0, r1, x.size(1),
-                       static_cast<float>(eps), out.data_ptr<T>());
+    auto rows = [&](auto* xd, auto* od) {
+      using X = std::remove_pointer_t<decltype(xd)>;
+      if (residual == nullptr) {
+        RADIXLM_ISA_CALL(isa, rms_norm_rows, xd, static_cast<X*>(nullptr), w.data_ptr<T>(), r0, r1, x.size(1),
+                         static_cast<float>(eps), od);
+      } else if (residual->scalar_type() == at::kFloat) {
+        RADIXLM_ISA_CALL(isa, rms_norm_rows, xd, residual->data_ptr<float>(), w.data_ptr<T>(), r0, r1, x.size(1),
+                         static_cast<float>(eps), od);
+      } else {
+        RADIXLM_ISA_CALL(isa, rms_norm_rows, xd, residual->data_ptr<T>(), w.data_ptr<T>(), r0, r1, x.size(1),
+                         static_cast<float>(eps), od);
+      }
     };
-    if (residual == nullptr) {
-      rows(static_cast<T*>(nullptr));
-    } else if (residual->scalar_type() == at::kFloat) {
-      rows(residual->data_ptr<float>());
-    } else {
-      rows(residual->data_ptr<T>());
-    }
+    auto to = [&](auto* xd) {  // out in the weight's dtype or float32
+      out.scalar_type() == at::kFloat ? rows(xd, out.data_ptr<float>()) : rows(xd, out.data_ptr<T>());
+    };
+    x.scalar_type() == at::kFloat ? to(x.data_ptr<float>()) : to(x.data_ptr<T>());
   });
 }
 

@@ -3,18 +3,19 @@
 // one rounding to T at the end; a row's result depends on nothing but that row.
 
 // out = x / sqrt(mean(x^2) + eps) * w for one row of h (a multiple of 16) float32 values in buf.
-template <typename T>
-void norm_row(const float* buf, const T* w, int64_t h, float eps, T* out) {
+template <typename W, typename O>
+void norm_row(const float* buf, const W* w, int64_t h, float eps, O* out) {
   F16 ss = fzero();
   for (int64_t j = 0; j < h; j += 16) ss = fmadd(fload(buf + j), fload(buf + j), ss);
   const F16 inv = fset1(1.f / std::sqrt(reduce_add(ss) / static_cast<float>(h) + eps));
   for (int64_t j = 0; j < h; j += 16) fstore(out + j, mul(mul(fload(buf + j), inv), fload(w + j)));
 }
 
-// rows [r0, r1) of x [T, H]; with res: res <- x + res (rounded to R: T as torch's add, or float32, the fused layers'
-// residual stream), normed from there.
-template <typename T, typename R>
-void rms_norm_rows(const T* x, R* res, const T* w, int64_t r0, int64_t r1, int64_t h, float eps, T* out) {
+// rows [r0, r1) of x [T, H]; with res: res <- x + res (rounded to R: W as torch's add, or float32, the fused layers'
+// residual stream), normed from there. x and out in the weight's dtype W, or (the fused quantized layers'
+// activations) float32.
+template <typename W, typename R, typename X = W, typename O = W>
+void rms_norm_rows(const X* x, R* res, const W* w, int64_t r0, int64_t r1, int64_t h, float eps, O* out) {
   std::vector<float> buf(h);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t j = 0; j < h; j += 16) {

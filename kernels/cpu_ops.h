@@ -150,8 +150,8 @@ void run_shared_attention(const std::vector<AttentionTask>& tasks, const at::Ten
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, int64_t isa);
 at::Tensor add_rms_norm_(const at::Tensor& x, at::Tensor& residual, const at::Tensor& w, double eps, int64_t isa);
 at::Tensor silu_mul(const at::Tensor& gate_up, int64_t isa);
-// rows [r0, r1): residual += x, out = rms_norm(residual) * w (residual in x's dtype or float32; may be null: out =
-// rms_norm(x) * w)
+// rows [r0, r1): residual += x, out = rms_norm(residual) * w (residual in w's dtype or float32; may be null: out =
+// rms_norm(x) * w); x and out each in w's dtype or float32
 void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor& w, double eps, int64_t r0, int64_t r1,
                     at::Tensor& out, int64_t isa);
 // rows [r0, r1), output columns [j0, j1) (multiples of 16) of silu(gate) * up

@@ -4,27 +4,27 @@
 // Rotate-half RoPE in float32, one rounding: with x = (x1, x2) the two halves of a head,
 // out = (x1 cos - x2 sin, x2 cos + x1 sin); cos, sin [P, D / 2] float32 tables, row pos[t] for token t.
 
-// row[j] (+ bias[j], rounded to T as torch's add is, when there is a bias) in float32
-template <typename T>
-inline F16 load_biased(const T* row, const T* bias, int64_t j) {
+// row[j] (+ bias[j], rounded to S as torch's add is, when there is a bias) in float32
+template <typename S, typename T>
+inline F16 load_biased(const S* row, const T* bias, int64_t j) {
   if (bias == nullptr) return fload(row + j);
   const F16 v = add(fload(row + j), fload(bias + j));
-  if constexpr (std::is_same_v<T, at::BFloat16>) return round_bf16(v);
+  if constexpr (std::is_same_v<S, at::BFloat16>) return round_bf16(v);
   return v;
 }
 
 // Tokens [t0, t1) of qkv [T, (Hq + 2 Hkv) D] (+ bias [(Hq + 2 Hkv) D], or null), heads [h0, h1) of the Hq
 // query heads then the Hkv KV heads: a query head rotated into q_out [T, Hq, D]; a KV head's k rotated and v
 // copied into the head-major pools (head stride head_stride) at slot loc[t]. A head's result depends on
-// nothing else. DC = D / 16.
-template <int DC, typename T>
-void rope_store_rows(const T* qkv, const T* bias, int64_t t0, int64_t t1, int64_t h0, int64_t h1, int64_t hq,
+// nothing else. DC = D / 16. qkv in T, or (the fused quantized layers' activations) float32 S; the outputs in T.
+template <int DC, typename T, typename S = T>
+void rope_store_rows(const S* qkv, const T* bias, int64_t t0, int64_t t1, int64_t h0, int64_t h1, int64_t hq,
                      int64_t hkv, const float* cos, const float* sin, const int64_t* pos, const int64_t* loc,
                      T* q_out, T* k_cache, T* v_cache, int64_t head_stride) {
   constexpr int D = DC * 16, HALF = D / 2;
   const int64_t width = (hq + 2 * hkv) * D;
   for (int64_t t = t0; t < t1; ++t) {
-    const T* row = qkv + t * width;
+    const S* row = qkv + t * width;
     const float* c = cos + pos[t] * HALF;
     const float* s = sin + pos[t] * HALF;
     auto rotate = [&](int64_t col, T* out) {  // the head at column col
