@@ -46,28 +46,22 @@ void rope_store_range(const at::Tensor& qkv, const at::Tensor& bias, const at::T
   dispatch_float_bf16(k_cache, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* bd = bias.numel() > 0 ? bias.data_ptr<T>() : nullptr;
-    const float* cd = cos.data_ptr<float>();
-    const float* sd = sin.data_ptr<float>();
-    const int64_t* ld = loc.data_ptr<int64_t>();
-    const int64_t* pd = pos.data_ptr<int64_t>();
+    const float *cd = cos.data_ptr<float>(), *sd = sin.data_ptr<float>();
+    const int64_t *ld = loc.data_ptr<int64_t>(), *pd = pos.data_ptr<int64_t>();
     T *qd = q.data_ptr<T>(), *kd = k_cache.data_ptr<T>(), *vd = v_cache.data_ptr<T>();
     auto rows = [&](auto* src) {  // qkv in the pools' dtype, or float32
-      if (d == 64) {
-        RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd,
-                         vd, stride);
-      } else {
-        RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd, kd,
-                         vd, stride);
-      }
+      d == 64 ? RADIXLM_ISA_CALL(isa, rope_store_rows<4>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd,
+                                 kd, vd, stride)
+              : RADIXLM_ISA_CALL(isa, rope_store_rows<8>, src, bd, p.r0, p.r1, p.u0, p.u1, hq, hkv, cd, sd, pd, ld, qd,
+                                 kd, vd, stride);
     };
     qkv.scalar_type() == at::kFloat ? rows(qkv.data_ptr<float>()) : rows(qkv.data_ptr<T>());
   });
 }
 
 // The buffers every layer of one call reuses, carved from the workspace (grown when a batch needs more). The
-// matmul inputs' size depends only on dense or not, which every layer shares. q and attn are in the pools' dtype
-// (attention's); the others in x's: float32 with quantized weights (each matmul's float32 sums stay as they are
-// until the next int8 quantization), the pools' dtype with dense ones (their tiles' own).
+// matmul inputs' size depends only on dense or not, which every layer shares. q and attn in the pools' dtype, the
+// others in x's: float32 with quantized weights (the sums stay float32 up to the next int8 quantization).
 struct LayerBuffers {
   at::Tensor h, qkv, q, attn, o, h2, gu, act;  // [T, H], [T, qkv_n], [T, Hq, D], [T, Hq D], [T, H] x2, ...
   Activations xh, xattn, xh2, xact;            // the matmuls' prepared inputs

@@ -198,6 +198,7 @@ def test_agents_beyond_the_pool_each_get_their_context_back(tmp_path, cold):
     """Four agents' contexts through a pool that holds two: on the next turn, sent all at once, each agent's
     context comes back from RAM or disk; none is computed again, though the loads must wait for room."""
     e = engine(tmp_path, max_total_tokens=768, chunked_prefill_size=128)
+    e.core.cache.disk.pays = lambda tokens: True  # load or compute is timed (its own test); here it must not decide
     contexts = [[(t + k) % 250 for t in CONTEXT] for k in range(4)]
     e.generate(input_ids=contexts, sampling_params=PARAMS[0])
     flush_to_disk(e)
