@@ -60,9 +60,8 @@ def test_the_default_path_stays_close_to_the_float_model(qwen_path, reference):
     """The KL divergence of the default path (the file's quantized weights, int8 activations per group of 32,
     float32 activations between the kernels and float32 logits) from transformers in float32, over 2 chunks of 512
     tokens of the fidelity benchmark's text, second halves scored. Measured on the Zen 4: 0.00055 mean, 0.0033 p99,
-    99.0% top-1;
-    llama.cpp over 40 chunks of the same text: 0.00089, 0.0070, 98.4% (bench_fidelity.py). The bounds are
-    llama.cpp's (the kernels give the same bits on every path, so the margin holds on any CPU)."""
+    99.0% top-1; llama.cpp over 40 chunks of the same text: 0.00089, 0.0070, 98.4% (bench_fidelity.py). The bounds
+    are llama.cpp's (the kernels give the same bits on every path, so the margin holds on any CPU)."""
     from radixlm.runtime.batch import ForwardBatch
     from radixlm.runtime.config import EngineConfig
     from radixlm.runtime.core import EngineCore
