@@ -33,18 +33,13 @@ void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor&
                     at::Tensor& out, int64_t isa) {
   dispatch_float_bf16(w, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    auto rows = [&](auto* xd, auto* od) {
-      using X = std::remove_pointer_t<decltype(xd)>;
-      if (residual == nullptr) {
-        RADIXLM_ISA_CALL(isa, rms_norm_rows, xd, static_cast<X*>(nullptr), w.data_ptr<T>(), r0, r1, x.size(1),
-                         static_cast<float>(eps), od);
-      } else if (residual->scalar_type() == at::kFloat) {
-        RADIXLM_ISA_CALL(isa, rms_norm_rows, xd, residual->data_ptr<float>(), w.data_ptr<T>(), r0, r1, x.size(1),
-                         static_cast<float>(eps), od);
-      } else {
-        RADIXLM_ISA_CALL(isa, rms_norm_rows, xd, residual->data_ptr<T>(), w.data_ptr<T>(), r0, r1, x.size(1),
-                         static_cast<float>(eps), od);
-      }
+    auto call = [&](auto* xd, auto* rd, auto* od) {
+      RADIXLM_ISA_CALL(isa, rms_norm_rows, xd, rd, w.data_ptr<T>(), r0, r1, x.size(1), static_cast<float>(eps), od);
+    };
+    auto rows = [&](auto* xd, auto* od) {  // the residual: none, float32 or the weight's dtype
+      if (residual == nullptr) return call(xd, static_cast<T*>(nullptr), od);
+      if (residual->scalar_type() == at::kFloat) return call(xd, residual->data_ptr<float>(), od);
+      call(xd, residual->data_ptr<T>(), od);
     };
     auto to = [&](auto* xd) {  // out in the weight's dtype or float32
       out.scalar_type() == at::kFloat ? rows(xd, out.data_ptr<float>()) : rows(xd, out.data_ptr<T>());
