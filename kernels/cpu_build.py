@@ -34,7 +34,7 @@ from radixlm.kernels.cpu_info import usable_cores
 NAME = "radixlm_cpu_kernels"
 # the slowest to compile first (see _jobs_per_core)
 SOURCES = ("cpu_matmul.cpp", "cpu_decode_attention.cpp", "cpu_token_bitmask.cpp", "cpu_norm_act.cpp",
-           "cpu_decoder_layer.cpp", "cpu_layer_weights.cpp", "cpu_sample.cpp", "cpu_penalties.cpp")
+           "cpu_decoder_layer.cpp", "cpu_rope_store.cpp", "cpu_layer_weights.cpp", "cpu_sample.cpp", "cpu_penalties.cpp")
 # -ffp-contract=off: the compiler never fuses a multiply and an add on its own, so every path rounds alike
 FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 LDFLAGS = ("-fopenmp",)

@@ -158,4 +158,13 @@ void rms_norm_range(const at::Tensor& x, at::Tensor* residual, const at::Tensor&
 void silu_mul_range(const at::Tensor& gate_up, int64_t r0, int64_t r1, int64_t j0, int64_t j1, at::Tensor& out,
                     int64_t isa);
 
+// Tokens [p.r0, p.r1), heads [p.u0, p.u1) of the Hq query then Hkv KV heads of qkv [T, Hq + 2 Hkv, D] + bias
+// (empty: none): q rotated into q [T, Hq, D]; k rotated and v stored into the pools [Hkv, S, D] at slots loc [T].
+// cpu_rope_store.cpp.
+void rope_store_range(const at::Tensor& qkv, const at::Tensor& bias, const at::Tensor& cos, const at::Tensor& sin,
+                      const at::Tensor& pos, at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc,
+                      const CellPart& p, at::Tensor& q, int64_t isa);
+// Thread tid's cells of RoPE + KV store for t rows of hq query and hkv KV heads.
+CellPart rope_part(int64_t t, int64_t hq, int64_t hkv, int tid, int nt);
+
 }  // namespace radixlm_cpu
