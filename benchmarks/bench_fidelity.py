@@ -122,6 +122,17 @@ def chunk_tokens(path: str, tokens: list[int] | None, ctx: int, chunks: int, bos
     return out
 
 
+def prompt_bos(path: str) -> int | None:
+    """The BOS a text prompt starts with, as the served tokenizer encodes one (Engine.encode_prompt): Gemma's
+    <bos>, whose file says nothing of add_bos_token (llama.cpp adds it by the tokenizer's type), none for Qwen2
+    or SmolLM2."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+    first = tok("a")["input_ids"][0]
+    return first if tok.bos_token_id is not None and first == tok.bos_token_id else None
+
+
 def reference_logprobs(path: str, chunks: list[list[int]], folder: str) -> tuple[list[str], str]:
     """transformers, float32, on the dequantized GGUF -> (per chunk a .npy of the scored positions' exact log-probs
     [ctx/2 - 1, V] float32, kept on disk: 40 chunks of a 152k vocabulary are 6 GB; llama.cpp's base file of them)."""
@@ -261,11 +272,8 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=40)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from radixlm.runtime.model.gguf_file import GGUFModel
-
     path = resolve_model(args.model).path
-    meta = GGUFModel(path).meta
-    bos = meta.get("tokenizer.ggml.bos_token_id") if meta.get("tokenizer.ggml.add_bos_token") else None
+    bos = prompt_bos(path)
     with tempfile.TemporaryDirectory(prefix="radixlm-fidelity-") as folder:
         results = compare(args, path, bos, folder)
     print(f"{os.path.basename(path)}, {args.chunks} chunks of {args.ctx}, {cpu_description()}")
