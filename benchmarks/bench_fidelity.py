@@ -41,7 +41,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from harness import cpu_description, save_result
+from harness import cpu_description, hf_model, hf_tokenizer, save_result
 
 from radixlm.runtime.model.sources import resolve_model
 
@@ -104,31 +104,27 @@ SETTINGS = {  # name -> Engine options
 }
 
 
-def chunk_tokens(path: str, tokens: list[int] | None, ctx: int, chunks: int, bos: int | None) -> list[list[int]]:
-    """The chunks every system evaluates: llama.cpp's tokens where it ran, else the reference tokenizer's; the
-    first token of a chunk is the BOS where the model adds one (as llama-perplexity does)."""
+def chunk_tokens(tok, tokens: list[int] | None, ctx: int, chunks: int) -> list[list[int]]:
+    """The chunks every system evaluates: llama.cpp's tokens where it ran, else the reference tokenizer's
+    (``tok``); the first token of a chunk is the BOS a text prompt starts with (prompt_bos), as llama-perplexity
+    puts it there."""
     if tokens is None:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
         with open(TEXT) as f:
             tokens = tok(f.read(), add_special_tokens=False)["input_ids"]
     if len(tokens) < ctx * chunks:
         raise SystemExit(f"the text has {len(tokens)} tokens, fewer than {chunks} chunks of {ctx}")
     out = [list(tokens[i * ctx:(i + 1) * ctx]) for i in range(chunks)]
+    bos = prompt_bos(tok)
     if bos is not None:
         for c in out:
             c[0] = bos
     return out
 
 
-def prompt_bos(path: str) -> int | None:
+def prompt_bos(tok) -> int | None:
     """The BOS a text prompt starts with, as the served tokenizer encodes one (Engine.encode_prompt): Gemma's
     <bos>, whose file says nothing of add_bos_token (llama.cpp adds it by the tokenizer's type), none for Qwen2
     or SmolLM2."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
     first = tok("a")["input_ids"][0]
     return first if tok.bos_token_id is not None and first == tok.bos_token_id else None
 
@@ -136,11 +132,7 @@ def prompt_bos(path: str) -> int | None:
 def reference_logprobs(path: str, chunks: list[list[int]], folder: str) -> tuple[list[str], str]:
     """transformers, float32, on the dequantized GGUF -> (per chunk a .npy of the scored positions' exact log-probs
     [ctx/2 - 1, V] float32, kept on disk: 40 chunks of a 152k vocabulary are 6 GB; llama.cpp's base file of them)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                 dtype=torch.float32)
-    model.eval()
+    model = hf_model(path)
     first, files, base = len(chunks[0]) // 2, [], os.path.join(folder, "reference.kld")
     with open(base, "wb") as out, torch.inference_mode():
         out.write(MAGIC + np.array([len(chunks[0]), model.config.vocab_size, len(chunks)], dtype=np.int32).tobytes())
@@ -234,14 +226,14 @@ class Stats:
                 "perplexity": float(np.exp(self.nll / self.count))}
 
 
-def compare(args: argparse.Namespace, path: str, bos: int | None, folder: str) -> dict:
+def compare(args: argparse.Namespace, path: str, folder: str) -> dict:
     """The reference, then each system against it -> {system: its statistics}."""
     saved = None
     if args.llama_perplexity:  # llama.cpp's tokens of the text, and its log-probs
         saved = os.path.join(folder, "llamacpp.kld")
         llama_perplexity(args.llama_perplexity, path, args, "-f", TEXT, "--chunks", str(args.chunks),
                          "--kl-divergence-base", saved)
-    chunks = chunk_tokens(path, read_tokens(saved) if saved else None, args.ctx, args.chunks, bos)
+    chunks = chunk_tokens(hf_tokenizer(path), read_tokens(saved) if saved else None, args.ctx, args.chunks)
     targets = [torch.tensor(c[args.ctx // 2 + 1:]) for c in chunks]
     t = time.perf_counter()
     reference, base = reference_logprobs(path, chunks, folder)
@@ -273,9 +265,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     path = resolve_model(args.model).path
-    bos = prompt_bos(path)
     with tempfile.TemporaryDirectory(prefix="radixlm-fidelity-") as folder:
-        results = compare(args, path, bos, folder)
+        results = compare(args, path, folder)
     print(f"{os.path.basename(path)}, {args.chunks} chunks of {args.ctx}, {cpu_description()}")
     print(f"{'system':32} {'KLD mean':>9} {'KLD p99':>9} {'top-1':>7} {'Δp':>8} {'Δ top lp':>9} {'PPL':>8}")
     for name, s in results.items():

