@@ -11,9 +11,8 @@
 
 namespace radixlm_cpu {
 
-// Tokens [p.r0, p.r1), heads [p.u0, p.u1) of the Hq query then Hkv KV heads of qkv + bias (bias empty: none):
-// q rotated into q [T, Hq, D]; k rotated and v stored into the pools. No torch op: this runs on the region's
-// threads, where torch's thread-local state (inference mode) is not the caller's.
+// (cpu_ops.h.) No torch op: this runs on the region's threads, where torch's thread-local state (inference mode)
+// is not the caller's.
 void rope_store_range(const at::Tensor& qkv, const at::Tensor& bias, const at::Tensor& cos, const at::Tensor& sin,
                       const at::Tensor& pos, at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc,
                       const CellPart& p, at::Tensor& q, int64_t isa) {
